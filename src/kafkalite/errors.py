@@ -1,0 +1,112 @@
+"""Exceptions named after Kafka's, each carrying the wire error code a broker would answer with.
+
+One hierarchy for every layer, so that the broker can turn any storage failure into the right
+error code without a translation table, and tests can assert on the exact Kafka condition.
+"""
+
+from __future__ import annotations
+
+
+class KafkaliteError(Exception):
+    """Base of every error kafkalite raises on purpose. `error_code` is Kafka's wire code."""
+
+    error_code: int = -1  # UNKNOWN_SERVER_ERROR
+
+
+# --- record format -----------------------------------------------------------------------------
+
+
+class CorruptRecordError(KafkaliteError):
+    """A batch fails its CRC, is shorter than its header, or cannot be framed (CORRUPT_MESSAGE)."""
+
+    error_code = 2
+
+
+class InvalidRecordError(KafkaliteError):
+    """A batch is well framed but its content breaks a rule (INVALID_RECORD)."""
+
+    error_code = 87
+
+
+class RecordValidationError(InvalidRecordError):
+    """Per-record rejection; `record_errors` lists (batch index, message) like Kafka's RecordError."""
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]] | None = None) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors or []
+
+
+class RecordTooLargeError(KafkaliteError):
+    """A batch is larger than max.message.bytes (MESSAGE_TOO_LARGE)."""
+
+    error_code = 10
+
+
+class RecordBatchTooLargeError(KafkaliteError):
+    """An append is larger than segment.bytes (RECORD_LIST_TOO_LARGE)."""
+
+    error_code = 18
+
+
+class InvalidTimestampError(KafkaliteError):
+    """A record timestamp is outside the allowed window (INVALID_TIMESTAMP)."""
+
+    error_code = 32
+
+
+class UnsupportedCompressionTypeError(KafkaliteError):
+    """Unknown codec id in the attributes (UNSUPPORTED_COMPRESSION_TYPE)."""
+
+    error_code = 76
+
+
+# --- offsets and appends -----------------------------------------------------------------------
+
+
+class OffsetOutOfRangeError(KafkaliteError):
+    """A read or log-start move outside [logStartOffset, LEO] (OFFSET_OUT_OF_RANGE)."""
+
+    error_code = 1
+
+
+class InvalidOffsetError(KafkaliteError):
+    """An index append that would break strict offset order (internal in Kafka)."""
+
+
+class UnexpectedAppendOffsetError(KafkaliteError):
+    """A follower append starting below the LEO; carries the batch's first and last offsets."""
+
+    def __init__(self, message: str, first_offset: int, last_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+
+
+class OffsetsOutOfOrderError(KafkaliteError):
+    """Follower data whose batch offsets do not increase."""
+
+
+class IndexOffsetOverflowError(KafkaliteError):
+    """An offset does not fit in an index entry's 32-bit relative offset."""
+
+
+class LogSegmentOffsetOverflowError(KafkaliteError):
+    """An append's offsets do not fit relative to the segment's base offset."""
+
+
+class CorruptIndexError(KafkaliteError):
+    """An index file fails its sanity check; the segment must be rebuilt."""
+
+
+class IndexFullError(KafkaliteError):
+    """An index has no free slot (IllegalArgumentException in Kafka); the segment must roll."""
+
+
+class KafkaStorageError(KafkaliteError):
+    """An I/O failure in a log dir (KAFKA_STORAGE_ERROR)."""
+
+    error_code = 56
+
+
+class LogError(KafkaliteError):
+    """A log-level invariant is violated (KafkaException in Kafka)."""

@@ -1,0 +1,288 @@
+"""A segment's `.log` file (Kafka's FileRecords): batches back to back, no header, no footer.
+
+The file has a logical size that can be smaller than its length (preallocation); everything
+after the logical size is ignored. Scans read the file through a reusable window so that a batch
+costs one header parse, not one system call, and hand out memoryviews into that window:
+callers that keep a batch past the next step must copy it (`bytes(view)`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from kafkalite.errors import CorruptRecordError, LogError
+from kafkalite.records.batch import (
+    HEADER,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    PREFIX,
+    RECORD_BATCH_OVERHEAD,
+    RecordBatch,
+)
+
+MAX_FILE_SIZE = (1 << 31) - 1  # FileRecords refuses larger files: positions are int32 in the index
+MIN_BATCH_LENGTH = 14  # a length field below this cannot frame any message format
+_WINDOW = 256 * 1024
+
+
+class BatchHeader(NamedTuple):
+    """What a scan learns from a batch's header without opening its records."""
+
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    partition_leader_epoch: int
+    magic: int
+    attributes: int
+    records_count: int
+    producer_id: int
+
+
+class LogOffsetPosition(NamedTuple):
+    offset: int
+    position: int
+    size: int
+
+
+class TimestampAndOffset(NamedTuple):
+    timestamp: int
+    offset: int
+    leader_epoch: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """A byte range of a `.log` file: what a read returns, ready for sendfile or a copy."""
+
+    records: FileRecords
+    position: int
+    size: int
+
+    def tobytes(self) -> bytes:
+        return self.records.read(self.position, self.size)
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class FileRecords:
+    """The `.log` file of one segment."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        mutable: bool = True,
+        preallocate: bool = False,
+        init_file_size: int = 0,
+    ) -> None:
+        self._path = Path(path)
+        existed = self._path.exists()
+        flags = (os.O_RDWR | os.O_CREAT) if mutable else os.O_RDONLY
+        self._fd = os.open(self._path, flags, 0o644)
+        length = os.fstat(self._fd).st_size
+        if mutable and preallocate and not existed and init_file_size > 0:
+            os.ftruncate(self._fd, init_file_size)
+            length = 0  # a preallocated new file is logically empty
+        if length > MAX_FILE_SIZE:
+            os.close(self._fd)
+            raise LogError(f"{self._path} is {length} bytes, larger than the maximum {MAX_FILE_SIZE}")
+        self._size = length
+        self.mutable = mutable
+
+    # --- basic properties -------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def fd(self) -> int:
+        return self._fd
+
+    @property
+    def size(self) -> int:
+        """Logical size in bytes: where the next append goes."""
+        return self._size
+
+    def file_length(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    # --- writing ------------------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Write whole batches at the logical end; returns the bytes written."""
+        n = len(data)
+        if self._size + n > MAX_FILE_SIZE:
+            raise LogError(f"appending {n} bytes to {self._path} would pass the {MAX_FILE_SIZE}-byte file limit")
+        view = memoryview(data)
+        written = 0
+        while written < n:
+            written += os.pwrite(self._fd, view[written:], self._size + written)
+        self._size += n
+        return n
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+
+    def truncate_to(self, target_size: int) -> int:
+        """Cut the file to `target_size`; returns the bytes removed."""
+        original = self._size
+        if target_size > original or target_size < 0:
+            raise LogError(
+                f"attempt to truncate {self._path} to {target_size} bytes failed: size of the file is {original}"
+            )
+        if target_size < self.file_length():
+            os.ftruncate(self._fd, target_size)
+        self._size = target_size
+        return original - target_size
+
+    def trim(self) -> None:
+        """Drop preallocated space past the logical size (on roll and close)."""
+        if self.file_length() != self._size:
+            os.ftruncate(self._fd, self._size)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            if self.mutable:
+                self.trim()
+            os.close(self._fd)
+            self._fd = -1
+
+    def close_handlers(self) -> None:
+        """Release the descriptor without trimming (after a rename to `.deleted`)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def rename_to(self, new_path: Path | str) -> None:
+        new_path = Path(new_path)
+        os.replace(self._path, new_path)
+        self._path = new_path
+
+    def delete_if_exists(self) -> bool:
+        self.close_handlers()
+        try:
+            self._path.unlink()
+            return True
+        except FileNotFoundError:
+            return False
+
+    def last_modified_ms(self) -> int:
+        return os.stat(self._path).st_mtime_ns // 1_000_000
+
+    def set_last_modified_ms(self, ms: int) -> None:
+        os.utime(self._path, ns=(ms * 1_000_000, ms * 1_000_000))
+
+    # --- reading ------------------------------------------------------------------------------------
+
+    def read(self, position: int, size: int) -> bytes:
+        out = os.pread(self._fd, size, position)
+        return out
+
+    def slice(self, position: int, size: int) -> FileSlice:
+        if position < 0 or position > self._size:
+            raise LogError(f"slice position {position} is outside {self._path} of size {self._size}")
+        return FileSlice(self, position, max(0, min(size, self._size - position)))
+
+    def read_batch(self, position: int, size: int) -> RecordBatch:
+        return RecordBatch(self.read(position, size))
+
+    def iter_views(
+        self, start: int = 0, end: int | None = None, *, with_body: bool = True, window: int = _WINDOW
+    ) -> Iterator[tuple[int, int, memoryview]]:
+        """Yield (position, size, view) per batch between start and end (default: logical size).
+
+        `view` covers the whole batch when `with_body`, else at least its header (up to 61 bytes).
+        Like Kafka's FileLogInputStream: fewer than 17 bytes left, or a batch running past `end`,
+        ends the scan quietly; a length field below 14 raises CorruptRecordError.
+        """
+        if end is None:
+            end = self._size
+        buf = bytearray(window)
+        mv = memoryview(buf)
+        win_start = start
+        win_len = 0
+        pos = start
+        fd = self._fd
+        while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
+            off = pos - win_start
+            if off < 0 or (off + RECORD_BATCH_OVERHEAD > win_len and win_start + win_len < end):
+                want = min(len(buf), end - pos)
+                win_start, win_len, off = pos, os.preadv(fd, [mv[:want]], pos), 0
+                if win_len < HEADER_SIZE_UP_TO_MAGIC:
+                    return  # the file is shorter than its logical size (concurrent truncation)
+            _, length = PREFIX.unpack_from(mv, off)
+            if length < MIN_BATCH_LENGTH:
+                raise CorruptRecordError(
+                    f"found record size {length} smaller than minimum record overhead ({MIN_BATCH_LENGTH}) "
+                    f"in file {self._path} at byte {pos}"
+                )
+            size = length + LOG_OVERHEAD
+            if pos + size > end:
+                return
+            need = size if with_body else min(size, RECORD_BATCH_OVERHEAD)
+            if off + need > win_len:
+                if need > len(buf):
+                    buf = bytearray(need)
+                    mv = memoryview(buf)
+                want = min(max(need, len(buf)), end - pos)
+                win_start, win_len, off = pos, os.preadv(fd, [mv[:want]], pos), 0
+                if win_len < need:
+                    return
+            yield pos, size, mv[off : off + need]
+            pos += size
+
+    def batch_headers(self, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
+        """Headers of the batches from `start`; non-v2 batches are refused with CorruptRecordError."""
+        for pos, size, view in self.iter_views(start, end, with_body=False):
+            if size < RECORD_BATCH_OVERHEAD or view[16] != MAGIC_V2:
+                raise CorruptRecordError(
+                    f"unsupported batch at byte {pos} of {self._path}: magic {view[16]}, size {size} "
+                    "(only the v2 record format is read)"
+                )
+            (base, _l, epoch, magic, _crc, attrs, lod, _bts, max_ts, pid, _pe, _bs, count) = HEADER.unpack_from(view)
+            yield BatchHeader(pos, size, base, base + lod, max_ts, epoch, magic, attrs, count, pid)
+
+    def batches(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, RecordBatch]]:
+        """(position, batch) pairs; each batch owns a copy of its bytes, so it may be kept."""
+        for pos, _size, view in self.iter_views(start, end):
+            yield pos, RecordBatch(bytes(view))
+
+    def search_for_offset_with_size(self, target_offset: int, starting_position: int) -> LogOffsetPosition | None:
+        """First batch from `starting_position` whose last offset is >= target: (its last offset, position, size)."""
+        for h in self.batch_headers(starting_position):
+            if h.last_offset >= target_offset:
+                return LogOffsetPosition(h.last_offset, h.position, h.size)
+        return None
+
+    def search_for_timestamp(
+        self, target_timestamp: int, starting_position: int, starting_offset: int
+    ) -> TimestampAndOffset | None:
+        """First record at or after `starting_offset` with timestamp >= target, scanning from a position."""
+        for h in self.batch_headers(starting_position):
+            if h.max_timestamp >= target_timestamp:
+                batch = self.read_batch(h.position, h.size)
+                for r in batch.records():
+                    if r.timestamp >= target_timestamp and r.offset >= starting_offset:
+                        epoch = batch.partition_leader_epoch
+                        return TimestampAndOffset(r.timestamp, r.offset, epoch if epoch >= 0 else None)
+        return None
+
+    def largest_timestamp_after(self, starting_position: int) -> tuple[int, int]:
+        """(max timestamp, last offset of the batch carrying it) over the batches from a position."""
+        max_ts, offset_of_max = -1, -1
+        for h in self.batch_headers(starting_position):
+            if h.max_timestamp > max_ts:
+                max_ts, offset_of_max = h.max_timestamp, h.last_offset
+        return max_ts, offset_of_max
+
+    def __repr__(self) -> str:
+        return f"FileRecords({self._path}, size={self._size})"
