@@ -120,13 +120,15 @@ class FileRecords:
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write whole batches at the logical end; returns the bytes written."""
         n = len(data)
-        if self._size + n > MAX_FILE_SIZE:
+        size = self._size
+        if size + n > MAX_FILE_SIZE:
             raise LogError(f"appending {n} bytes to {self._path} would pass the {MAX_FILE_SIZE}-byte file limit")
-        view = memoryview(data)
-        written = 0
-        while written < n:
-            written += os.pwrite(self._fd, view[written:], self._size + written)
-        self._size += n
+        written = os.pwrite(self._fd, data, size)
+        if written != n:  # a short write (signal, full disk): finish it or raise
+            view = memoryview(data)
+            while written < n:
+                written += os.pwrite(self._fd, view[written:], size + written)
+        self._size = size + n
         return n
 
     def flush(self) -> None:

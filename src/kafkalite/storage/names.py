@@ -36,7 +36,7 @@ def filename_prefix_from_offset(offset: int) -> str:
 def offset_from_file_name(name: str) -> int:
     """Kafka parses the offset as the text before the first dot."""
     prefix = Path(name).name.split(".", 1)[0]
-    if not prefix.isdigit():
+    if not (prefix.isascii() and prefix.isdigit()):
         raise ValueError(f"not a segment file name: {name!r}")
     return int(prefix)
 

@@ -1,0 +1,1 @@
+"""kafkalite benchmarks: `python -m bench [name ...]` (or `make bench`)."""

@@ -1,0 +1,40 @@
+"""The `kafkalite` command: one entry point, one sub-command per task a Kafka operator knows."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from kafkalite import __version__
+from kafkalite.cli import demo, dump_log
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kafkalite", description="Kafka's storage engine and broker, in Python.")
+    parser.add_argument("--version", action="version", version=f"kafkalite {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    dump_log.add_parser(sub)
+    demo.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

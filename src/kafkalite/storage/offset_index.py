@@ -1,0 +1,93 @@
+"""A segment's `.index` file (Kafka's OffsetIndex): a sparse map from offset to byte position in the `.log`.
+
+Each 8-byte entry is `int32 offset - base_offset, int32 position`, big-endian, strictly increasing in
+offset. The index is sparse (one entry per `index.interval.bytes` of log), so a lookup only narrows
+the scan of the `.log` to start at a batch boundary at or before the wanted offset.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+
+from kafkalite.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from kafkalite.storage.index_base import IndexBase
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetPosition:
+    offset: int
+    position: int
+
+
+class OffsetIndex(IndexBase):
+    entry_size = 8
+    _entry = struct.Struct(">ii")
+    _fields = ((0, 4), (4, 4))
+
+    def _refresh_last(self) -> None:
+        n = self._entries
+        self._last_offset = self.base_offset + self._read(n - 1)[0] if n else self.base_offset
+
+    @property
+    def last_offset(self) -> int:
+        """The offset of the last entry, or the base offset when empty."""
+        return self._last_offset
+
+    def entry(self, n: int) -> OffsetPosition:
+        relative, position = self._read(n)
+        return OffsetPosition(self.base_offset + relative, position)
+
+    def lookup(self, target_offset: int) -> OffsetPosition:
+        """The last entry at or below `target_offset`: where a scan for it may start.
+
+        Below the first entry (or on an empty index) that is the segment start, `(base_offset, 0)`.
+        """
+        offsets, positions = self._cols or self._columns()
+        slot = bisect_right(offsets, target_offset - self.base_offset) - 1
+        if slot < 0:
+            return OffsetPosition(self.base_offset, 0)
+        return OffsetPosition(self.base_offset + offsets[slot], positions[slot])
+
+    def fetch_upper_bound_offset(self, fetch_offset: OffsetPosition, fetch_size: int) -> OffsetPosition | None:
+        """The first entry at or past the end of a fetch of `fetch_size` bytes from `fetch_offset`.
+
+        A read_committed fetch uses its offset as an exclusive bound when collecting aborted
+        transactions, so it needs no scan of the `.log`. None when the fetch reaches past the last entry.
+        """
+        offsets, positions = self._columns()
+        slot = bisect_left(positions, fetch_offset.position + fetch_size)
+        if slot == len(positions):
+            return None
+        return OffsetPosition(self.base_offset + offsets[slot], positions[slot])
+
+    def append(self, offset: int, position: int) -> None:
+        if self._entries >= self.max_entries:
+            raise IndexFullError(f"attempt to append to a full index {self._path} ({self._entries} entries)")
+        if self._entries > 0 and offset <= self._last_offset:
+            raise InvalidOffsetError(
+                f"attempt to append offset {offset} to slot {self._entries} no larger than the last offset "
+                f"appended ({self._last_offset}) to {self._path}"
+            )
+        self._write(self._relative(offset), position)
+        self._last_offset = offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= `offset`; truncating past the end changes nothing.
+
+        With strictly increasing offsets this is Kafka's three-case rule: no entry <= offset keeps
+        none, an entry exactly at offset is removed with everything after it, otherwise everything
+        after the floor entry goes.
+        """
+        offsets, _ = self._columns()
+        self._truncate_to_entries(bisect_left(offsets, offset - self.base_offset))
+
+    def sanity_check(self) -> None:
+        """Cheap structural checks; a failure means the segment's index must be rebuilt from the `.log`."""
+        if self._entries and self._last_offset < self.base_offset:
+            raise CorruptIndexError(
+                f"corrupt index found, index file {self._path} has non-zero size but the last offset is "
+                f"{self._last_offset} which is less than the base offset {self.base_offset}"
+            )
+        self._check_length()

@@ -1,0 +1,508 @@
+"""One log segment (Kafka's LogSegment): a `.log` file and the three indexes that serve it.
+
+The segment decides where index entries go (the same rule on append and on recovery, so a
+rebuilt index equals the one written live), when it must roll, and how a read turns an offset
+into a batch-aligned byte range. Index files are opened on first use, like Kafka's LazyIndex,
+so a segment that is only listed or renamed never creates them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from crc32c import crc32c
+
+from kafkalite.clock import SYSTEM_CLOCK, Clock
+from kafkalite.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    LogSegmentOffsetOverflowError,
+)
+from kafkalite.records.batch import HEADER, MAGIC_V2, RECORD_BATCH_OVERHEAD, RecordBatch
+from kafkalite.storage import names
+from kafkalite.storage.file_records import FileRecords, LogOffsetPosition, TimestampAndOffset
+from kafkalite.storage.metadata import FetchDataInfo, LogOffsetMetadata
+from kafkalite.storage.offset_index import OffsetIndex, OffsetPosition
+from kafkalite.storage.time_index import TimeIndex
+from kafkalite.storage.txn_index import AbortedTxn, TransactionIndex
+
+log = logging.getLogger("kafkalite.storage")
+
+MAX_RELATIVE_OFFSET = (1 << 31) - 1
+LONG_MAX = (1 << 63) - 1
+DEFAULT_INDEX_INTERVAL_BYTES = 4096
+DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
+
+
+class _UseSize:
+    """Default for `read(max_position=...)`: the segment's size at the time of the read."""
+
+
+USE_SEGMENT_SIZE = _UseSize()
+
+
+@dataclass(frozen=True, slots=True)
+class RollParams:
+    """What `should_roll` needs to know about the append that is about to happen."""
+
+    max_segment_ms: int
+    max_segment_bytes: int
+    max_timestamp_in_messages: int
+    max_offset_in_messages: int
+    messages_size: int
+    now: int
+
+
+class CompletedTxn(Protocol):
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+class RecoveryProducerState(Protocol):
+    """What segment recovery asks of producer state (implemented by the partition log's manager)."""
+
+    def update_from_recovered_batch(self, batch: RecordBatch) -> CompletedTxn | None: ...
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int: ...
+
+    def complete_txn(self, completed: CompletedTxn) -> None: ...
+
+    def update_map_end_offset(self, offset: int) -> None: ...
+
+
+class RecoveryEpochCache(Protocol):
+    @property
+    def latest_epoch(self) -> int | None: ...
+
+    def assign(self, epoch: int, start_offset: int) -> None: ...
+
+
+class LogSegment:
+    def __init__(
+        self,
+        log_file: FileRecords,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+        max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
+        roll_jitter_ms: int = 0,
+        clock: Clock = SYSTEM_CLOCK,
+        file_suffix: str = "",
+    ) -> None:
+        self.log = log_file
+        self.dir = Path(directory)
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_size = max_index_size
+        self.roll_jitter_ms = roll_jitter_ms
+        self.clock = clock
+        self._suffix = file_suffix
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self.txn_index = TransactionIndex(base_offset, names.txn_index_file(self.dir, base_offset, file_suffix))
+        self.created_ms = clock.milliseconds()
+        self.rolling_based_timestamp: int | None = None
+        self.bytes_since_last_index_entry = 0
+        self._max_ts_and_offset: tuple[int, int] | None = None  # None = not loaded yet
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path | str,
+        base_offset: int,
+        *,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+        max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
+        roll_jitter_ms: int = 0,
+        clock: Clock = SYSTEM_CLOCK,
+        preallocate: bool = False,
+        init_file_size: int = 0,
+        file_suffix: str = "",
+    ) -> LogSegment:
+        directory = Path(directory)
+        log_file = FileRecords(
+            names.log_file(directory, base_offset, file_suffix), preallocate=preallocate, init_file_size=init_file_size
+        )
+        return cls(
+            log_file,
+            directory,
+            base_offset,
+            index_interval_bytes=index_interval_bytes,
+            max_index_size=max_index_size,
+            roll_jitter_ms=roll_jitter_ms,
+            clock=clock,
+            file_suffix=file_suffix,
+        )
+
+    # --- files ----------------------------------------------------------------------------------
+
+    @property
+    def offset_index_path(self) -> Path:
+        return self._offset_index.path if self._offset_index else names.offset_index_file(
+            self.dir, self.base_offset, self._suffix)
+
+    @property
+    def time_index_path(self) -> Path:
+        return self._time_index.path if self._time_index else names.time_index_file(
+            self.dir, self.base_offset, self._suffix)
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        if self._offset_index is None:
+            self._offset_index = OffsetIndex(self.offset_index_path, self.base_offset, self.max_index_size)
+        return self._offset_index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._time_index is None:
+            self._time_index = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size)
+        return self._time_index
+
+    @property
+    def size(self) -> int:
+        return self.log.size
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename every file of the segment (e.g. "" -> ".deleted"); untouched indexes are not created."""
+
+        def renamed(p: Path) -> Path:
+            name = p.name
+            if old_suffix and name.endswith(old_suffix):
+                name = name[: -len(old_suffix)]
+            return p.with_name(name + new_suffix)
+
+        self.log.rename_to(renamed(self.log.path))
+        if self._offset_index is not None:
+            self._offset_index.rename_to(renamed(self._offset_index.path))
+        if self._time_index is not None:
+            self._time_index.rename_to(renamed(self._time_index.path))
+        self.txn_index.rename_to(renamed(self.txn_index.path))
+        self._suffix = new_suffix
+        for p, idx in ((names.offset_index_file, self._offset_index), (names.time_index_file, self._time_index)):
+            if idx is None:
+                stale = p(self.dir, self.base_offset, old_suffix)
+                if stale.exists():
+                    os.replace(stale, p(self.dir, self.base_offset, new_suffix))
+
+    def has_suffix(self, suffix: str) -> bool:
+        return self.log.path.name.endswith(suffix)
+
+    # --- max timestamp bookkeeping --------------------------------------------------------------
+
+    def _load_max_timestamp(self) -> tuple[int, int]:
+        """Max timestamp after a truncation: the last time-index entry, then a scan of the batches after it."""
+        last = self.time_index.last_entry
+        best = (last.timestamp, last.offset)
+        position = self.offset_index.lookup(last.offset).position
+        ts, offset = self.log.largest_timestamp_after(position)
+        if ts > best[0]:
+            best = (ts, offset)
+        return best
+
+    @property
+    def max_timestamp_and_offset_so_far(self) -> tuple[int, int]:
+        if self._max_ts_and_offset is None:
+            # As Kafka: the time index's last entry is exact for any segment that was closed, rolled or
+            # recovered, and segments above the recovery point are recovered after a crash.
+            last = self.time_index.last_entry
+            self._max_ts_and_offset = (last.timestamp, last.offset)
+        return self._max_ts_and_offset
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self.max_timestamp_and_offset_so_far[0]
+
+    @property
+    def shallow_offset_of_max_timestamp_so_far(self) -> int:
+        return self.max_timestamp_and_offset_so_far[1]
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The max record timestamp, or the file's mtime when no record carries one."""
+        ts = self.max_timestamp_so_far
+        return ts if ts >= 0 else self.last_modified_ms()
+
+    def last_modified_ms(self) -> int:
+        return self.log.last_modified_ms()
+
+    def set_last_modified_ms(self, ms: int) -> None:
+        self.log.set_last_modified_ms(ms)
+        for p in (self.offset_index_path, self.time_index_path):
+            if p.exists():
+                os.utime(p, ns=(ms * 1_000_000, ms * 1_000_000))
+
+    def first_batch_timestamp(self) -> int:
+        for h in self.log.batch_headers(0):
+            return h.max_timestamp
+        return LONG_MAX
+
+    # --- append -----------------------------------------------------------------------------------
+
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= MAX_RELATIVE_OFFSET
+
+    def _ensure_offset_in_range(self, offset: int) -> None:
+        if not self.can_convert_to_relative_offset(offset):
+            raise LogSegmentOffsetOverflowError(
+                f"detected offset overflow at offset {offset} in segment with base offset {self.base_offset}"
+            )
+
+    def append(
+        self,
+        largest_offset: int,
+        largest_timestamp: int,
+        shallow_offset_of_max_timestamp: int,
+        records: bytes | bytearray | memoryview,
+    ) -> None:
+        """Append whole batches whose offsets are already assigned; index them by Kafka's interval rule."""
+        n = len(records)
+        if n == 0:
+            return
+        if not 0 <= largest_offset - self.base_offset <= MAX_RELATIVE_OFFSET:
+            self._ensure_offset_in_range(largest_offset)
+        log_file = self.log
+        physical_position = log_file.size
+        if physical_position == 0:
+            self.rolling_based_timestamp = largest_timestamp
+        log_file.append(records)
+        current = self._max_ts_and_offset
+        if current is None:
+            current = self.max_timestamp_and_offset_so_far
+        if largest_timestamp > current[0]:
+            current = self._max_ts_and_offset = (largest_timestamp, shallow_offset_of_max_timestamp)
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(largest_offset, physical_position)
+            self.time_index.maybe_append(current[0], current[1])
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += n
+
+    # --- read --------------------------------------------------------------------------------------
+
+    def translate_offset(self, offset: int, starting_file_position: int = 0) -> LogOffsetPosition | None:
+        """The first batch whose last offset is >= `offset`: (its last offset, position, size)."""
+        mapping = self.offset_index.lookup(offset)
+        return self.log.search_for_offset_with_size(offset, max(mapping.position, starting_file_position))
+
+    def read(
+        self,
+        start_offset: int,
+        max_size: int,
+        max_position: int | _UseSize | None = USE_SEGMENT_SIZE,
+        min_one_message: bool = False,
+    ) -> FetchDataInfo | None:
+        """Batch-aligned bytes from the batch holding `start_offset`; None when the offset is past this segment."""
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size} for log read from segment {self.log.path}")
+        if isinstance(max_position, _UseSize):
+            max_position = self.size
+        start = self.translate_offset(start_offset)
+        if start is None:
+            return None
+        meta = LogOffsetMetadata(start_offset, self.base_offset, start.position)
+        adjusted = max(max_size, start.size) if min_one_message else max_size
+        if adjusted == 0 or max_position is None:
+            return FetchDataInfo(meta, b"")
+        fetch_size = min(max_position - start.position, adjusted)
+        return FetchDataInfo(meta, self.log.slice(start.position, fetch_size), adjusted < start.size)
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch in the segment (the base offset when empty)."""
+        position = self.offset_index.lookup(self.offset_index.last_offset).position
+        next_offset = self.base_offset
+        for h in self.log.batch_headers(position):
+            next_offset = h.last_offset + 1
+        return next_offset
+
+    def fetch_upper_bound_offset(self, start: LogOffsetMetadata, fetch_size: int) -> int | None:
+        pos = self.offset_index.fetch_upper_bound_offset(
+            OffsetPosition(start.message_offset, start.relative_position_in_segment), fetch_size
+        )
+        return None if pos is None else pos.offset
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
+        return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> TimestampAndOffset | None:
+        """First record with timestamp >= target at or after `starting_offset`, using both indexes."""
+        ts_offset = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(max(ts_offset.offset, starting_offset)).position
+        return self.log.search_for_timestamp(timestamp, position, starting_offset)
+
+    # --- roll ----------------------------------------------------------------------------------------
+
+    def time_waited_for_roll(self, now: int, message_timestamp: int) -> int:
+        """Event time since the first batch when it had a timestamp, else wall time since creation."""
+        if self.rolling_based_timestamp is None and self.size > 0:
+            self.rolling_based_timestamp = self.first_batch_timestamp()
+        ts = self.rolling_based_timestamp
+        if ts is not None and ts >= 0:
+            return message_timestamp - ts
+        return now - self.created_ms
+
+    def should_roll(self, p: RollParams) -> bool:
+        reached_roll_ms = self.time_waited_for_roll(p.now, p.max_timestamp_in_messages) > (
+            p.max_segment_ms - self.roll_jitter_ms
+        )
+        return (
+            self.size > p.max_segment_bytes - p.messages_size
+            or (self.size > 0 and reached_roll_ms)
+            or self.offset_index.is_full()
+            or self.time_index.is_full()
+            or not self.can_convert_to_relative_offset(p.max_offset_in_messages)
+        )
+
+    def on_become_inactive_segment(self) -> None:
+        """A rolled segment gets its final time-index entry and loses its preallocated tails."""
+        ts, offset = self.max_timestamp_and_offset_so_far
+        self.time_index.maybe_append(ts, offset, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self.log.trim()
+
+    # --- recovery and truncation ------------------------------------------------------------------
+
+    def recover(
+        self,
+        producer_state: RecoveryProducerState | None = None,
+        epoch_cache: RecoveryEpochCache | None = None,
+    ) -> int:
+        """Rebuild the indexes from the `.log`, stopping at the first invalid batch; returns bytes truncated.
+
+        A batch is valid when it frames, is v2, is at least 61 bytes, its CRC32C matches and its last
+        offset fits relative to the base offset. Everything after the first invalid batch is cut.
+        """
+        offset_index = self.offset_index
+        time_index = self.time_index
+        offset_index.reset()
+        time_index.reset()
+        self.txn_index.reset()
+        valid_bytes = 0
+        last_index_entry = 0
+        max_ts, offset_of_max = -1, -1
+        base = self.base_offset
+        interval = self.index_interval_bytes
+        unpack = HEADER.unpack_from
+        try:
+            for _pos, size, view in self.log.iter_views(0, window=4 * 1024 * 1024):
+                if size < RECORD_BATCH_OVERHEAD:
+                    raise CorruptRecordError(f"record batch of {size} bytes is below the 61-byte minimum")
+                (b_base, _l, epoch, magic, crc, _a, lod, _bts, b_max_ts, *_rest) = unpack(view)
+                if magic != MAGIC_V2:
+                    raise CorruptRecordError(f"unsupported magic {magic}")
+                if crc32c(view[21:]) != crc:
+                    raise CorruptRecordError(f"record batch at offset {b_base} fails its CRC32C check")
+                last_offset = b_base + lod
+                if not (0 <= last_offset - base <= MAX_RELATIVE_OFFSET and b_base >= base):
+                    raise CorruptRecordError(f"batch offsets {b_base}..{last_offset} do not fit segment base {base}")
+                if b_max_ts > max_ts:
+                    max_ts, offset_of_max = b_max_ts, last_offset
+                if valid_bytes - last_index_entry > interval:
+                    offset_index.append(last_offset, valid_bytes)
+                    time_index.maybe_append(max_ts, offset_of_max)
+                    last_index_entry = valid_bytes
+                valid_bytes += size
+                if epoch_cache is not None and epoch >= 0:
+                    latest = epoch_cache.latest_epoch
+                    if latest is None or epoch > latest:
+                        epoch_cache.assign(epoch, b_base)
+                if producer_state is not None:
+                    self._recover_producer_state(producer_state, RecordBatch(bytes(view)))
+        except (CorruptRecordError, InvalidRecordError) as exc:
+            log.warning("Found invalid messages in log segment %s at byte offset %d: %s",
+                        self.log.path, valid_bytes, exc)
+        truncated = self.log.size - valid_bytes
+        if truncated > 0:
+            log.warning("Truncated %d invalid bytes at the end of segment %s", truncated, self.log.path)
+            self.log.truncate_to(valid_bytes)
+        self._max_ts_and_offset = (max_ts, offset_of_max)
+        offset_index.trim_to_valid_size()
+        time_index.maybe_append(max_ts, offset_of_max, skip_full_check=True)
+        time_index.trim_to_valid_size()
+        self.bytes_since_last_index_entry = valid_bytes - last_index_entry
+        return truncated
+
+    def _recover_producer_state(self, state: RecoveryProducerState, batch: RecordBatch) -> None:
+        completed = state.update_from_recovered_batch(batch)
+        if completed is not None:
+            if completed.is_aborted:
+                self.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
+                                                 completed.last_offset, state.last_stable_offset(completed)))
+            state.complete_txn(completed)
+        state.update_map_end_offset(batch.last_offset + 1)
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset is >= `offset`; returns the bytes removed."""
+        mapping = self.translate_offset(offset)
+        offset_index = self.offset_index
+        time_index = self.time_index
+        offset_index.truncate_to(offset)
+        time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
+        offset_index.resize(self.max_index_size)
+        time_index.resize(self.max_index_size)
+        removed = 0 if mapping is None else self.log.truncate_to(mapping.position)
+        if self.log.size == 0:
+            self.created_ms = self.clock.milliseconds()
+            self.rolling_based_timestamp = None
+        self.bytes_since_last_index_entry = 0
+        if self._max_ts_and_offset is None or self._max_ts_and_offset[0] >= 0:
+            self._max_ts_and_offset = self._load_max_timestamp()
+        return removed
+
+    def sanity_check(self, time_index_file_exists: bool) -> None:
+        """Load-time check (Kafka 2.3+): the offset index must exist; the txn index must be sane."""
+        if not self.offset_index_path.exists():
+            raise FileNotFoundError(f"offset index file {self.offset_index_path} does not exist")
+        if not time_index_file_exists:
+            self.time_index.resize(0)
+        self.txn_index.sanity_check()
+
+    def reset_roll_state(self) -> None:
+        self.created_ms = self.clock.milliseconds()
+        self.rolling_based_timestamp = None
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.txn_index.flush()
+
+    def close(self) -> None:
+        if self._max_ts_and_offset is not None:
+            ts, offset = self._max_ts_and_offset
+            self.time_index.maybe_append(ts, offset, skip_full_check=True)
+        for idx in (self._offset_index, self._time_index):
+            if idx is not None:
+                idx.trim_to_valid_size()
+                idx.close()
+        self.log.close()
+        self.txn_index.close()
+
+    def close_handlers(self) -> None:
+        for idx in (self._offset_index, self._time_index):
+            if idx is not None:
+                idx.close()
+        self.log.close_handlers()
+        self.txn_index.close()
+
+    def delete_if_exists(self) -> None:
+        """Remove every file of the segment (after the `.deleted` rename and the delay)."""
+        self.log.delete_if_exists()
+        for idx in (self._offset_index, self._time_index):
+            if idx is not None:
+                idx.delete_if_exists()
+        for p in (self.offset_index_path, self.time_index_path):
+            p.unlink(missing_ok=True)
+        self.txn_index.delete_if_exists()
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size}, path={self.log.path})"
