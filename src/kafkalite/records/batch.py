@@ -105,7 +105,9 @@ class RecordBatch:
         "records_count",
     )
 
-    def __init__(self, buffer: bytes | bytearray | memoryview) -> None:
+    def __init__(self, buffer: bytes | bytearray | memoryview, *, header_only: bool = False) -> None:
+        """`header_only` accepts just the first 61 bytes: enough for every header field, e.g. for
+        producer state during recovery, without reading the records; `records()` then refuses."""
         if len(buffer) < RECORD_BATCH_OVERHEAD:
             raise CorruptRecordError(
                 f"record batch is only {len(buffer)} bytes, smaller than the minimum {RECORD_BATCH_OVERHEAD}"
@@ -127,7 +129,7 @@ class RecordBatch:
         ) = HEADER.unpack_from(buffer, 0)
         if self.magic != MAGIC_V2:
             raise CorruptRecordError(f"unsupported record batch magic {self.magic} (only v2 is read)")
-        if self.length + LOG_OVERHEAD != len(buffer):
+        if not header_only and self.length + LOG_OVERHEAD != len(buffer):
             raise CorruptRecordError(
                 f"record batch length field {self.length} does not match the {len(buffer)} bytes given"
             )
@@ -201,6 +203,8 @@ class RecordBatch:
 
     def records_payload(self) -> bytes:
         """The uncompressed records section, decompressing if needed."""
+        if len(self.buffer) != self.length + LOG_OVERHEAD:
+            raise InvalidRecordError("this batch view holds only the header; its records were not read")
         raw = memoryview(self.buffer)[RECORDS_OFFSET:]
         codec = self.compression
         if codec == CompressionType.NONE:

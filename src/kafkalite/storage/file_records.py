@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
+
+from crc32c import crc32c
 
 from kafkalite.errors import CorruptRecordError, LogError
 from kafkalite.records.batch import (
@@ -28,6 +31,16 @@ from kafkalite.records.batch import (
 MAX_FILE_SIZE = (1 << 31) - 1  # FileRecords refuses larger files: positions are int32 in the index
 MIN_BATCH_LENGTH = 14  # a length field below this cannot frame any message format
 _WINDOW = 256 * 1024
+_VALIDATE_CHUNK = 2 * 1024 * 1024
+_crc_pool: ThreadPoolExecutor | None = None
+
+
+def _crc_executor() -> ThreadPoolExecutor:
+    """Threads that copy the next windows out of the page cache while the caller checksums (preadv drops the GIL)."""
+    global _crc_pool
+    if _crc_pool is None:
+        _crc_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="kafkalite-crc")
+    return _crc_pool
 
 
 class BatchHeader(NamedTuple):
@@ -241,6 +254,76 @@ class FileRecords:
                     return
             yield pos, size, mv[off : off + need]
             pos += size
+
+    def validated_headers(self, start: int = 0) -> Iterator[tuple[int, int, tuple]]:
+        """(position, size, header fields) of each batch that frames, is v2 and passes its CRC32C.
+
+        The recovery scan. Raises CorruptRecordError at the first bad batch, after yielding every
+        good one before it. The copy out of the page cache is one `preadv` per window, which drops
+        the GIL, so a helper thread reads the next windows while this thread walks headers and
+        checksums the current one: the scan costs about max(read, CRC) instead of their sum.
+        """
+        end = self._size
+        fd = self._fd
+        window = _VALIDATE_CHUNK
+        buffers = [bytearray(window) for _ in range(3)]
+        views = [memoryview(b) for b in buffers]
+        executor = _crc_executor()
+
+        def read_window(k: int) -> int:
+            at = start + k * window
+            return os.preadv(fd, [views[k % 3][: max(0, min(window, end - at))]], at) if at < end else 0
+
+        futures = {k: executor.submit(read_window, k) for k in range(2)}
+        pos = start
+        k = 0
+        unpack = HEADER.unpack_from
+        prefix = PREFIX.unpack_from
+        try:
+            while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
+                win_start = start + k * window
+                got = futures.pop(k).result()
+                futures[k + 2] = executor.submit(read_window, k + 2)
+                k += 1
+                if pos >= win_start + got:
+                    continue  # this window was covered by a batch read on its own
+                view = views[(k - 1) % 3][:got]
+                off = pos - win_start
+                while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
+                    _, length = prefix(view, off) if off + LOG_OVERHEAD <= got else prefix(self._pread_exact(pos, 12))
+                    size = length + LOG_OVERHEAD
+                    if length < MIN_BATCH_LENGTH or size < RECORD_BATCH_OVERHEAD:
+                        raise CorruptRecordError(f"record batch size {size} at byte {pos} of {self._path} "
+                                                 f"is below the minimum {RECORD_BATCH_OVERHEAD}")
+                    if pos + size > end:
+                        raise CorruptRecordError(f"{end - pos} bytes at byte {pos} of {self._path} "
+                                                 "do not form a complete record batch")
+                    # a batch straddling the window is read on its own; the scan then goes on in the next window
+                    batch = view[off : off + size] if off + size <= got else memoryview(self._pread_exact(pos, size))
+                    header = unpack(batch)
+                    if header[3] != MAGIC_V2:
+                        raise CorruptRecordError(f"unsupported magic {header[3]} at byte {pos} of {self._path}")
+                    crc = crc32c(batch[21:], 0, 1)  # release the GIL so the reader thread can run
+                    if crc != header[4]:
+                        raise CorruptRecordError(f"record batch at byte {pos} of {self._path} fails its CRC32C "
+                                                 f"check (stored {header[4]}, computed {crc})")
+                    yield pos, size, header
+                    pos += size
+                    off += size
+                    if off >= got:
+                        break
+            if pos != end:
+                raise CorruptRecordError(f"{end - pos} trailing bytes at byte {pos} of {self._path}")
+        finally:
+            for fut in futures.values():
+                fut.result()
+
+    def _pread_exact(self, position: int, size: int) -> bytes:
+        data = os.pread(self._fd, size, position)
+        if len(data) != size:
+            raise CorruptRecordError(f"{self._path} ends at byte {position + len(data)}, inside a batch "
+                                     f"expected to span {position}..{position + size}")
+        return data
 
     def batch_headers(self, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
         """Headers of the batches from `start`; non-v2 batches are refused with CorruptRecordError."""

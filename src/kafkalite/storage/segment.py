@@ -14,15 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from crc32c import crc32c
-
 from kafkalite.clock import SYSTEM_CLOCK, Clock
 from kafkalite.errors import (
     CorruptRecordError,
     InvalidRecordError,
     LogSegmentOffsetOverflowError,
 )
-from kafkalite.records.batch import HEADER, MAGIC_V2, RECORD_BATCH_OVERHEAD, RecordBatch
+from kafkalite.records.batch import CONTROL_FLAG_MASK, HEADER, RecordBatch
 from kafkalite.storage import names
 from kafkalite.storage.file_records import FileRecords, LogOffsetPosition, TimestampAndOffset
 from kafkalite.storage.metadata import FetchDataInfo, LogOffsetMetadata
@@ -388,16 +386,9 @@ class LogSegment:
         max_ts, offset_of_max = -1, -1
         base = self.base_offset
         interval = self.index_interval_bytes
-        unpack = HEADER.unpack_from
         try:
-            for _pos, size, view in self.log.iter_views(0, window=4 * 1024 * 1024):
-                if size < RECORD_BATCH_OVERHEAD:
-                    raise CorruptRecordError(f"record batch of {size} bytes is below the 61-byte minimum")
-                (b_base, _l, epoch, magic, crc, _a, lod, _bts, b_max_ts, *_rest) = unpack(view)
-                if magic != MAGIC_V2:
-                    raise CorruptRecordError(f"unsupported magic {magic}")
-                if crc32c(view[21:]) != crc:
-                    raise CorruptRecordError(f"record batch at offset {b_base} fails its CRC32C check")
+            for pos, size, header in self.log.validated_headers(0):
+                b_base, epoch, lod, b_max_ts = header[0], header[2], header[6], header[8]
                 last_offset = b_base + lod
                 if not (0 <= last_offset - base <= MAX_RELATIVE_OFFSET and b_base >= base):
                     raise CorruptRecordError(f"batch offsets {b_base}..{last_offset} do not fit segment base {base}")
@@ -412,8 +403,8 @@ class LogSegment:
                     latest = epoch_cache.latest_epoch
                     if latest is None or epoch > latest:
                         epoch_cache.assign(epoch, b_base)
-                if producer_state is not None:
-                    self._recover_producer_state(producer_state, RecordBatch(bytes(view)))
+                if producer_state is not None and (header[9] >= 0 or header[5] & CONTROL_FLAG_MASK):
+                    self._recover_producer_state(producer_state, pos, size, header)
         except (CorruptRecordError, InvalidRecordError) as exc:
             log.warning("Found invalid messages in log segment %s at byte offset %d: %s",
                         self.log.path, valid_bytes, exc)
@@ -428,7 +419,12 @@ class LogSegment:
         self.bytes_since_last_index_entry = valid_bytes - last_index_entry
         return truncated
 
-    def _recover_producer_state(self, state: RecoveryProducerState, batch: RecordBatch) -> None:
+    def _recover_producer_state(self, state: RecoveryProducerState, pos: int, size: int, header: tuple) -> None:
+        """Producer state needs only header fields, except for control batches (their marker type)."""
+        if header[5] & CONTROL_FLAG_MASK:
+            batch = self.log.read_batch(pos, size)
+        else:
+            batch = RecordBatch(HEADER.pack(*header), header_only=True)
         completed = state.update_from_recovered_batch(batch)
         if completed is not None:
             if completed.is_aborted:
