@@ -110,3 +110,48 @@ class KafkaStorageError(KafkaliteError):
 
 class LogError(KafkaliteError):
     """A log-level invariant is violated (KafkaException in Kafka)."""
+
+
+# --- producer state (idempotence and transactions) ---------------------------------------------
+
+
+class OutOfOrderSequenceError(KafkaliteError):
+    """A producer sequence that does not follow the last one written (OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+
+    error_code = 45
+
+
+class DuplicateSequenceError(KafkaliteError):
+    """A retried batch that is no longer among the last five (DUPLICATE_SEQUENCE_NUMBER)."""
+
+    error_code = 46
+
+
+class InvalidProducerEpochError(KafkaliteError):
+    """A producer epoch older than the current one (INVALID_PRODUCER_EPOCH)."""
+
+    error_code = 47
+
+
+class InvalidTxnStateError(KafkaliteError):
+    """A write that contradicts the producer's transaction state (INVALID_TXN_STATE)."""
+
+    error_code = 48
+
+
+class TransactionCoordinatorFencedError(KafkaliteError):
+    """An end marker from an older coordinator epoch (TRANSACTION_COORDINATOR_FENCED)."""
+
+    error_code = 52
+
+
+class UnknownProducerIdError(KafkaliteError):
+    """Producer state for this id is gone (UNKNOWN_PRODUCER_ID)."""
+
+    error_code = 59
+
+
+class InvalidConfigError(KafkaliteError):
+    """A configuration value is missing, of the wrong type or out of range (INVALID_CONFIG)."""
+
+    error_code = 40

@@ -150,6 +150,25 @@ class IndexBase:
             cols[1].append(second)
         self._entries += 1
 
+    def _write_many(self, firsts: list[int], seconds: list[int]) -> int:
+        """Store entries in bulk (recovery rebuilds whole indexes): one struct call instead of one per entry.
+
+        Entries that do not fit are dropped: an index only speeds lookups up, so a short index costs
+        a longer scan, never a wrong answer. Returns how many were written.
+        """
+        n = min(len(firsts), self.max_entries - self._entries)
+        if n <= 0:
+            return 0
+        flat = [v for pair in zip(firsts[:n], seconds[:n], strict=True) for v in pair]
+        fmt = ">" + self._entry.format.lstrip("<>!=@") * n
+        struct.pack_into(fmt, self._mm, self._entries * self.entry_size, *flat)
+        if self._cols is not None:
+            self._cols[0].extend(firsts[:n])
+            self._cols[1].extend(seconds[:n])
+        self._entries += n
+        self._refresh_last()
+        return n
+
     def _columns(self) -> tuple[array, array]:
         """Both fields of every entry as native arrays, loaded on first use and kept in step afterwards."""
         if self._cols is None:

