@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import sys
 
-from bench import storage
+from bench import log, storage
 
 
 def main(argv: list[str]) -> int:
-    suites = dict(storage.ALL)
+    suites = {**storage.ALL, **log.ALL}
     chosen = argv or list(suites)
     unknown = [c for c in chosen if c not in suites]
     if unknown:

@@ -1,0 +1,865 @@
+"""The partition log (Kafka's UnifiedLog with LocalLog): one directory of segments for one topic-partition.
+
+This is the object everything above the storage layer talks to. It owns the ordered segment map
+and the offsets that give the log meaning (log start, high watermark, recovery point, log end),
+validates and appends whole batches (assigning offsets in place, never re-encoding records),
+rolls segments, serves batch-aligned reads bounded by an isolation level, applies retention and
+truncation, and keeps the leader epoch cache and producer state in step with the data.
+
+Thread safety: every public method takes the log's lock, as Kafka's UnifiedLog does for writes;
+reads take it too (they are short: a read returns a file slice, not the bytes).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import random
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sortedcontainers import SortedDict
+
+from kafkalite.clock import SYSTEM_CLOCK, Clock
+from kafkalite.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    LogError,
+    OffsetOutOfRangeError,
+    OffsetsOutOfOrderError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+    RecordValidationError,
+    UnexpectedAppendOffsetError,
+)
+from kafkalite.records.batch import RecordBatch, TimestampType, iter_batches
+from kafkalite.records.compression import CompressionType
+from kafkalite.scheduler import Scheduler
+from kafkalite.storage import names
+from kafkalite.storage.checkpoint import LEADER_EPOCH_CHECKPOINT_FILE, CheckpointError, LeaderEpochCheckpointFile
+from kafkalite.storage.file_records import TimestampAndOffset
+from kafkalite.storage.leader_epoch import LeaderEpochCache
+from kafkalite.storage.log_config import LogConfig
+from kafkalite.storage.metadata import FetchDataInfo, LogOffsetMetadata
+from kafkalite.storage.producer_state import AppendOrigin, ProducerStateManager
+from kafkalite.storage.segment import LogSegment, RollParams
+
+log = logging.getLogger("kafkalite.log")
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+
+class FetchIsolation(enum.Enum):
+    LOG_END = "log_end"
+    HIGH_WATERMARK = "high_watermark"
+    TXN_COMMITTED = "txn_committed"
+
+
+@dataclass(slots=True)
+class LogAppendInfo:
+    """What an append did: the offsets it got (or, for a duplicate, the offsets it got the first time)."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    shallow_offset_of_max_timestamp: int
+    log_append_time: int = -1
+    log_start_offset: int = 0
+    records_count: int = 0
+    valid_bytes: int = 0
+    batch_count: int = 0
+    duplicate: bool = False
+    last_leader_epoch: int = -1
+
+
+@dataclass(slots=True)
+class _Analysis:
+    """Shallow facts about the batches of an append, gathered before taking any decision."""
+
+    batches: list[RecordBatch]
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    shallow_offset_of_max_timestamp: int
+    valid_bytes: int
+    monotonic: bool
+    records_count: int
+
+
+class Log:
+    """One partition's log directory."""
+
+    def __init__(
+        self,
+        directory: Path | str,
+        config: LogConfig,
+        *,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        clean_shutdown: bool = False,
+        scheduler: Scheduler | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        producer_id_expiration_ms: int = 86_400_000,
+        high_watermark: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        from kafkalite.storage.log_loader import LogLoader
+
+        self.dir = Path(directory)
+        self.topic, self.partition = names.parse_topic_partition_name(self.dir.name)
+        self.config = config
+        self.scheduler = scheduler
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._rng = random.Random()
+        self.segments: SortedDict = SortedDict()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        epoch_file = self.dir / LEADER_EPOCH_CHECKPOINT_FILE
+        self.rebuild_epoch_cache = False
+        try:
+            self.leader_epoch_cache = LeaderEpochCache(LeaderEpochCheckpointFile(epoch_file))
+        except CheckpointError as exc:
+            log.warning("%s: %s; rebuilding the leader epoch cache from the batches in the log", self.dir.name, exc)
+            epoch_file.unlink(missing_ok=True)
+            self.leader_epoch_cache = LeaderEpochCache(LeaderEpochCheckpointFile(epoch_file))
+            self.rebuild_epoch_cache = True
+        self.producer_state = ProducerStateManager(self.dir, producer_id_expiration_ms=producer_id_expiration_ms,
+                                                   clock=clock)
+        self.last_flush_time = clock.milliseconds()
+        self._closed = False
+        loaded = LogLoader(self, log_start_offset, recovery_point, clean_shutdown, progress).load()
+        self.log_start_offset = loaded.log_start_offset
+        self.recovery_point = loaded.recovery_point
+        self._leo = loaded.next_offset_metadata
+        self._hw = LogOffsetMetadata(self.log_start_offset)
+        if high_watermark is not None:
+            self.update_high_watermark(high_watermark)
+
+    # --- segment construction -----------------------------------------------------------------------
+
+    def _new_segment(self, base_offset: int, *, file_suffix: str = "", new_file: bool = True) -> LogSegment:
+        cfg = self.config
+        return LogSegment.open(
+            self.dir,
+            base_offset,
+            index_interval_bytes=cfg.index_interval_bytes,
+            max_index_size=cfg.segment_index_bytes,
+            roll_jitter_ms=cfg.random_segment_jitter(self._rng),
+            clock=self.clock,
+            preallocate=cfg.preallocate and new_file,
+            init_file_size=cfg.segment_bytes if new_file else 0,
+            file_suffix=file_suffix,
+        )
+
+    # --- offsets ------------------------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo.message_offset
+
+    leo = log_end_offset
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw.message_offset
+
+    hw = high_watermark
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments.peekitem(-1)[1]
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.segments.values())
+
+    @property
+    def number_of_segments(self) -> int:
+        return len(self.segments)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.leader_epoch_cache.latest_epoch
+
+    @property
+    def last_stable_offset(self) -> int:
+        first_unstable = self.producer_state.first_unstable_offset()
+        if first_unstable is not None and first_unstable < self.high_watermark:
+            return max(first_unstable, self.log_start_offset)
+        return self.high_watermark
+
+    lso = last_stable_offset
+
+    def _update_log_end_offset(self, offset: int) -> None:
+        active = self.active_segment
+        self._leo = LogOffsetMetadata(offset, active.base_offset, active.size)
+        if self.recovery_point > offset:
+            self.recovery_point = offset
+        if self._hw.message_offset >= offset:
+            self._hw = self._leo
+
+    # --- high watermark -----------------------------------------------------------------------------
+
+    def update_high_watermark(self, hw: int) -> int:
+        """Set the HW, clamped to [log start, LEO]; moving it back is allowed (with a warning)."""
+        with self._lock:
+            if hw < self.log_start_offset:
+                meta = LogOffsetMetadata(self.log_start_offset)
+            elif hw >= self.log_end_offset:
+                meta = self._leo
+            else:
+                meta = LogOffsetMetadata(hw)
+            if meta.message_offset < self._hw.message_offset:
+                log.warning("%s: high watermark moves back from %d to %d", self.dir.name,
+                            self._hw.message_offset, meta.message_offset)
+            self._hw = meta
+            return meta.message_offset
+
+    def maybe_increment_high_watermark(self, new: LogOffsetMetadata) -> LogOffsetMetadata | None:
+        """Leader path: raise the HW if `new` is ahead; returns the old HW when it moved."""
+        with self._lock:
+            if new.message_offset > self.log_end_offset:
+                raise ValueError(f"high watermark {new} must not exceed the log end offset {self._leo}")
+            old = self._hw
+            if old.message_offset < new.message_offset or (
+                old.message_offset == new.message_offset
+                and not old.message_offset_only()
+                and not new.message_offset_only()
+                and old.on_older_segment(new)
+            ):
+                self._hw = new
+                return old
+            return None
+
+    def maybe_update_high_watermark(self, hw: int) -> int | None:
+        """Follower path: clamp and set; the new HW when it changed, else None."""
+        with self._lock:
+            old = self.high_watermark
+            new = self.update_high_watermark(hw)
+            return new if new != old else None
+
+    def _fetch_high_watermark_metadata(self) -> LogOffsetMetadata:
+        hw = self._hw
+        if hw.message_offset_only():
+            if hw.message_offset >= self.log_end_offset:
+                hw = self._leo
+            else:
+                hw = self._convert_to_offset_metadata(hw.message_offset)
+            self._hw = hw
+        return hw
+
+    def _convert_to_offset_metadata(self, offset: int) -> LogOffsetMetadata:
+        return self._read_local(offset, 1, self._leo, min_one_message=False).fetch_offset_metadata
+
+    # --- append -------------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int = 0,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> LogAppendInfo:
+        """Validate, assign offsets from the LEO in place, stamp the leader epoch, and append."""
+        return self._append(records, origin, leader_epoch, as_leader=True)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Append batches with the offsets and epochs the leader gave them."""
+        return self._append(records, AppendOrigin.REPLICATION, -1, as_leader=False)
+
+    def _analyze(self, buf: bytearray, origin: AppendOrigin, as_leader: bool) -> _Analysis:
+        batches: list[RecordBatch] = []
+        first_offset = -1
+        last_offset = -1
+        max_ts = -1
+        shallow = -1
+        valid_bytes = 0
+        monotonic = True
+        count = 0
+        max_bytes = self.config.max_message_bytes
+        for batch in iter_batches(memoryview(buf)):
+            if as_leader and origin == AppendOrigin.CLIENT and batch.base_offset != 0:
+                raise InvalidRecordError(
+                    f"the base offset of a record batch from a client must be 0, was {batch.base_offset}")
+            if not batches:
+                first_offset = batch.base_offset
+            if batch.last_offset <= last_offset:
+                monotonic = False
+            last_offset = batch.last_offset
+            size = batch.size_in_bytes
+            if as_leader and size > max_bytes:
+                raise RecordTooLargeError(
+                    f"the record batch of {size} bytes exceeds the maximum allowed size "
+                    f"max.message.bytes={max_bytes} of {self.dir.name}")
+            batch.ensure_valid()
+            if batch.max_timestamp > max_ts:
+                max_ts, shallow = batch.max_timestamp, batch.last_offset
+            valid_bytes += size
+            count += batch.records_count
+            batches.append(batch)
+        return _Analysis(batches, first_offset, last_offset, max_ts, shallow, valid_bytes, monotonic, count)
+
+    def _validate_as_leader(self, a: _Analysis, origin: AppendOrigin, leader_epoch: int, now: int) -> int:
+        """LogValidator's checks and in-place assignment; returns the log-append time (or -1)."""
+        cfg = self.config
+        if origin == AppendOrigin.CLIENT and len(a.batches) != 1:
+            raise InvalidRecordError(
+                f"a produce request must carry exactly one record batch per partition, got {len(a.batches)}")
+        log_append = cfg.message_timestamp_type == "LogAppendTime"
+        offset = self.log_end_offset
+        for batch in a.batches:
+            if origin == AppendOrigin.CLIENT:
+                if batch.records_count <= 0 or batch.last_offset_delta + 1 != batch.records_count:
+                    raise InvalidRecordError(
+                        f"batch has {batch.records_count} records but last offset delta {batch.last_offset_delta}")
+                if batch.is_control:
+                    raise InvalidRecordError("clients are not allowed to write control records")
+                if batch.has_producer_id and batch.base_sequence < 0:
+                    raise InvalidRecordError(
+                        f"invalid sequence number {batch.base_sequence} in batch of producer {batch.producer_id}")
+                if batch.timestamp_type == TimestampType.LOG_APPEND_TIME:
+                    raise InvalidTimestampError("a producer may not set the LogAppendTime timestamp type")
+            self._validate_records(batch, now, log_append)
+            batch.set_last_offset(offset + batch.last_offset_delta)
+            batch.set_partition_leader_epoch(leader_epoch)
+            if log_append:
+                batch.set_max_timestamp(TimestampType.LOG_APPEND_TIME, now)
+            offset = batch.last_offset + 1
+        a.first_offset = a.batches[0].base_offset
+        a.last_offset = offset - 1
+        if log_append:
+            a.max_timestamp, a.shallow_offset_of_max_timestamp = now, a.batches[0].last_offset
+            return now
+        a.shallow_offset_of_max_timestamp = next(b.last_offset for b in a.batches if b.max_timestamp == a.max_timestamp)
+        return -1
+
+    def _validate_records(self, batch: RecordBatch, now: int, log_append: bool) -> None:
+        """Open records only where a rule needs them: keys on compacted topics, timestamp bounds,
+        and compressed payloads (their inner structure is not covered by anything else we check)."""
+        cfg = self.config
+        check_ts = not log_append and (
+            cfg.message_timestamp_before_max_ms < (1 << 63) - 1 or cfg.message_timestamp_after_max_ms < (1 << 63) - 1
+        )
+        if not (cfg.compact or check_ts or batch.compression != CompressionType.NONE):
+            return
+        records = batch.records()
+        if len(records) != batch.records_count:
+            raise InvalidRecordError("record count does not match the batch header")
+        errors: list[tuple[int, str]] = []
+        for i, r in enumerate(records):
+            if r.offset - batch.base_offset != i and batch.compression != CompressionType.NONE:
+                raise InvalidRecordError(f"compressed batch has non-consecutive inner offset delta at record {i}")
+            if cfg.compact and r.key is None:
+                errors.append((i, "compacted topic cannot accept a record without a key"))
+            if check_ts and r.timestamp != -1:
+                if now - r.timestamp > cfg.message_timestamp_before_max_ms:
+                    raise InvalidTimestampError(f"timestamp {r.timestamp} of record {i} is too far in the past "
+                                                f"(message.timestamp.before.max.ms={cfg.message_timestamp_before_max_ms})")
+                if r.timestamp - now > cfg.message_timestamp_after_max_ms:
+                    raise InvalidTimestampError(f"timestamp {r.timestamp} of record {i} is too far in the future "
+                                                f"(message.timestamp.after.max.ms={cfg.message_timestamp_after_max_ms})")
+        if errors:
+            raise RecordValidationError(
+                f"{len(errors)} record(s) rejected in a batch to compacted topic {self.topic}", errors)
+
+    def _append(self, records: bytes | bytearray | memoryview, origin: AppendOrigin, leader_epoch: int,
+                as_leader: bool) -> LogAppendInfo:
+        buf = records if isinstance(records, bytearray) else bytearray(records)
+        with self._lock:
+            self._check_open()
+            a = self._analyze(buf, origin, as_leader)
+            if a.valid_bytes <= 0:
+                return LogAppendInfo(-1, -1, -1, -1, log_start_offset=self.log_start_offset)
+            now = self.clock.milliseconds()
+            log_append_time = -1
+            if as_leader:
+                if origin == AppendOrigin.CLIENT and len(a.batches) == 1:
+                    dup = self._find_duplicate(a.batches[0])
+                    if dup is not None:
+                        return dup
+                log_append_time = self._validate_as_leader(a, origin, leader_epoch, now)
+            else:
+                if not a.monotonic:
+                    raise OffsetsOutOfOrderError(
+                        f"out of order offsets found in append to {self.dir.name}: "
+                        f"{[b.last_offset for b in a.batches]}")
+                if a.first_offset < self.log_end_offset:
+                    raise UnexpectedAppendOffsetError(
+                        f"unexpected offset in append to {self.dir.name}: first offset {a.first_offset} is less "
+                        f"than the next offset {self.log_end_offset}; first 10 offsets in append: "
+                        f"{[b.base_offset for b in a.batches[:10]]}, last offset in append: {a.last_offset}",
+                        a.first_offset, a.last_offset)
+            if a.valid_bytes > self.config.segment_bytes:
+                raise RecordBatchTooLargeError(
+                    f"message batch size is {a.valid_bytes} bytes in append to partition {self.dir.name} which "
+                    f"exceeds the maximum configured segment size of {self.config.segment_bytes}")
+            pending = [self.producer_state.prepare_append(b, origin) for b in a.batches
+                       if b.has_producer_id]
+            segment = self._maybe_roll(a.valid_bytes, a)
+            data = memoryview(buf)[: a.valid_bytes]
+            segment.append(a.last_offset, a.max_timestamp, a.shallow_offset_of_max_timestamp, data)
+            for b in a.batches:
+                if b.partition_leader_epoch >= 0:
+                    self.leader_epoch_cache.assign(b.partition_leader_epoch, b.base_offset)
+            self._update_log_end_offset(a.last_offset + 1)
+            for batch, p in zip((b for b in a.batches if b.has_producer_id), pending, strict=True):
+                completed = self.producer_state.complete_append(p, batch.base_offset, batch.last_offset)
+                if completed is not None:
+                    if completed.is_aborted:
+                        from kafkalite.storage.txn_index import AbortedTxn
+
+                        segment.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
+                                                            completed.last_offset,
+                                                            self.producer_state.last_stable_offset(completed)))
+                    self.producer_state.complete_txn(completed)
+            self.producer_state.update_map_end_offset(a.last_offset + 1)
+            if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
+                self._flush_up_to(self.log_end_offset)
+            return LogAppendInfo(
+                a.first_offset, a.last_offset, a.max_timestamp, a.shallow_offset_of_max_timestamp,
+                log_append_time, self.log_start_offset, a.records_count, a.valid_bytes, len(a.batches),
+                last_leader_epoch=a.batches[-1].partition_leader_epoch,
+            )
+
+    def _find_duplicate(self, batch: RecordBatch) -> LogAppendInfo | None:
+        if not batch.has_producer_id:
+            return None
+        meta = self.producer_state.find_duplicate(batch)
+        if meta is None:
+            return None
+        first = meta.last_offset - meta.offset_delta
+        log.debug("%s: duplicate batch of producer %d (sequences %d..%d) answered with offsets %d..%d",
+                  self.dir.name, batch.producer_id, batch.base_sequence, batch.last_sequence, first, meta.last_offset)
+        return LogAppendInfo(first, meta.last_offset, meta.timestamp, meta.last_offset,
+                             log_start_offset=self.log_start_offset, records_count=batch.records_count,
+                             duplicate=True)
+
+    # --- roll ---------------------------------------------------------------------------------------
+
+    def _maybe_roll(self, messages_size: int, a: _Analysis) -> LogSegment:
+        segment = self.active_segment
+        params = RollParams(self.config.max_segment_ms, self.config.segment_bytes, a.max_timestamp, a.last_offset,
+                            messages_size, self.clock.milliseconds())
+        if segment.should_roll(params):
+            log.debug("%s: rolling new segment at offset %d (segment size %d, append %d bytes)", self.dir.name,
+                      a.first_offset, segment.size, messages_size)
+            return self.roll(a.first_offset)
+        return segment
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at max(expected, LEO) and flush the old ones in the background."""
+        with self._lock:
+            self._check_open()
+            new_offset = max(expected_next_offset or 0, self.log_end_offset)
+            active = self.active_segment
+            existing = self.segments.get(new_offset)
+            if existing is not None:
+                if existing is active and active.size == 0:
+                    log.warning("%s: trying to roll a new segment at %d over an empty active segment; replacing it",
+                                self.dir.name, new_offset)
+                    del self.segments[new_offset]
+                    self._async_delete([active])
+                else:
+                    raise LogError(f"trying to roll a new log segment for {self.dir.name} with start offset "
+                                   f"{new_offset}, which already exists")
+            elif new_offset < active.base_offset:
+                raise LogError(f"trying to roll a new log segment for {self.dir.name} with start offset "
+                               f"{new_offset} lower than the active segment's base offset {active.base_offset}")
+            else:
+                for path in (names.log_file(self.dir, new_offset), names.offset_index_file(self.dir, new_offset),
+                             names.time_index_file(self.dir, new_offset), names.txn_index_file(self.dir, new_offset)):
+                    if path.exists():
+                        log.warning("%s: deleting leftover file %s before roll", self.dir.name, path.name)
+                        path.unlink()
+                if existing is None:
+                    active.on_become_inactive_segment()
+            segment = self._new_segment(new_offset)
+            self.segments[new_offset] = segment
+            self._update_log_end_offset(self.log_end_offset)
+            self.producer_state.update_map_end_offset(new_offset)
+            self.producer_state.take_snapshot()
+            self._schedule("flush-log", lambda: self._flush_up_to(new_offset), 0)
+            log.info("%s: rolled new log segment at offset %d", self.dir.name, new_offset)
+            return segment
+
+    # --- flush --------------------------------------------------------------------------------------
+
+    def flush(self, include_active: bool = False) -> None:
+        """Fsync everything below the active segment (or up to the LEO) and advance the recovery point."""
+        with self._lock:
+            if include_active:
+                self._flush_up_to(self.log_end_offset, inclusive=True)
+            else:
+                self._flush_up_to(self.active_segment.base_offset)
+
+    def _flush_up_to(self, offset: int, inclusive: bool = False) -> None:
+        """Fsync the segments holding [recovery point, offset) (or through `offset` when inclusive, which
+        reaches the empty active segment too), then move the recovery point to `offset`."""
+        with self._lock:
+            flush_offset = offset + 1 if inclusive else offset
+            if self._closed or flush_offset <= self.recovery_point:
+                return
+            new_dir_entries = False
+            for seg in self._segments_overlapping(self.recovery_point, flush_offset):
+                seg.flush()
+                if seg.base_offset >= self.recovery_point:
+                    new_dir_entries = True
+            if new_dir_entries:
+                _fsync_dir(self.dir)
+            self.recovery_point = max(self.recovery_point, offset)
+            self.last_flush_time = self.clock.milliseconds()
+
+    def _segments_overlapping(self, from_offset: int, to_offset: int) -> list[LogSegment]:
+        """Segments holding offsets in [from, to): the floor segment of `from` and every later one below `to`."""
+        keys = self.segments.keys()
+        i = max(0, self.segments.bisect_right(from_offset) - 1)
+        return [self.segments[k] for k in keys[i:] if k < to_offset]
+
+    # --- read ---------------------------------------------------------------------------------------
+
+    def read(self, start_offset: int, max_length: int, isolation: FetchIsolation = FetchIsolation.LOG_END,
+             min_one_message: bool = True) -> FetchDataInfo:
+        """Batch-aligned bytes from the batch holding `start_offset`, up to the isolation's bound."""
+        with self._lock:
+            self._check_open()
+            if start_offset < self.log_start_offset:
+                raise OffsetOutOfRangeError(
+                    f"received request for offset {start_offset} for partition {self.dir.name}, "
+                    f"but we only have log segments starting from offset {self.log_start_offset}")
+            if isolation == FetchIsolation.LOG_END:
+                bound = self._leo
+            elif isolation == FetchIsolation.HIGH_WATERMARK:
+                bound = self._fetch_high_watermark_metadata()
+            else:
+                lso = self.last_stable_offset
+                bound = self._fetch_high_watermark_metadata() if lso == self.high_watermark else \
+                    self._convert_to_offset_metadata(lso)
+            info = self._read_local(start_offset, max_length, bound, min_one_message)
+            if isolation == FetchIsolation.TXN_COMMITTED and info.size > 0:
+                info.aborted_transactions = self._collect_aborted(start_offset, info)
+            return info
+
+    def _read_local(self, start_offset: int, max_length: int, bound: LogOffsetMetadata,
+                    min_one_message: bool) -> FetchDataInfo:
+        leo = self._leo
+        floor_index = self.segments.bisect_right(start_offset) - 1
+        if start_offset > leo.message_offset or floor_index < 0:
+            raise OffsetOutOfRangeError(
+                f"received request for offset {start_offset} for partition {self.dir.name}, but we only have "
+                f"log segments upto {leo.message_offset}")
+        if start_offset == bound.message_offset:
+            return FetchDataInfo(bound)
+        if start_offset > bound.message_offset:
+            return FetchDataInfo(self._convert_to_offset_metadata(start_offset))
+        keys = self.segments.keys()
+        for base in keys[floor_index:]:
+            segment = self.segments[base]
+            if base < bound.segment_base_offset:
+                max_position: int | None = segment.size
+            elif base == bound.segment_base_offset and not bound.message_offset_only():
+                max_position = bound.relative_position_in_segment
+            else:
+                max_position = None
+            info = segment.read(start_offset, max_length, max_position, min_one_message)
+            if info is not None:
+                return info
+        return FetchDataInfo(leo)
+
+    def _collect_aborted(self, start_offset: int, info: FetchDataInfo) -> list:
+        meta = info.fetch_offset_metadata
+        segment = self.segments[meta.segment_base_offset]
+        upper = segment.fetch_upper_bound_offset(meta, info.size)
+        if upper is None:
+            nxt = self.segments.bisect_right(segment.base_offset)
+            upper = self.segments.keys()[nxt] if nxt < len(self.segments) else self.log_end_offset
+        out = []
+        for seg in self.segments.values()[self.segments.index(segment.base_offset):]:
+            txns, complete = seg.collect_aborted_txns(start_offset, upper)
+            out.extend(txns)
+            if complete:
+                break
+        return out
+
+    def batches(self, start_offset: int | None = None, isolation: FetchIsolation = FetchIsolation.LOG_END,
+                max_bytes: int = 1 << 20) -> Iterator[RecordBatch]:
+        """Every batch from `start_offset` (default: log start) up to the isolation bound, in order."""
+        offset = self.log_start_offset if start_offset is None else start_offset
+        while True:
+            info = self.read(offset, max_bytes, isolation, min_one_message=True)
+            data = info.tobytes()
+            last = None
+            for batch in iter_batches(data):
+                if batch.last_offset >= offset:
+                    yield batch
+                last = batch
+            if last is None:
+                return
+            offset = last.last_offset + 1
+
+    # --- offsets by timestamp -----------------------------------------------------------------------
+
+    def fetch_offset_by_timestamp(self, target: int) -> TimestampAndOffset | None:
+        """ListOffsets semantics: -2 earliest, -1 latest, -3 max timestamp, else first offset with ts >= target."""
+        with self._lock:
+            cache = self.leader_epoch_cache
+            if target in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                earliest = cache.earliest_entry
+                epoch = earliest.epoch if earliest is not None and earliest.start_offset <= self.log_start_offset \
+                    else None
+                return TimestampAndOffset(-1, self.log_start_offset, epoch)
+            if target == LATEST_TIMESTAMP:
+                return TimestampAndOffset(-1, self.log_end_offset, cache.latest_epoch)
+            if target == MAX_TIMESTAMP:
+                return self._max_timestamp_offset()
+            for segment in self.segments.values():
+                if segment.largest_timestamp >= target:
+                    return segment.find_offset_by_timestamp(target, self.log_start_offset)
+            return None
+
+    def _max_timestamp_offset(self) -> TimestampAndOffset | None:
+        best = None
+        for segment in self.segments.values():
+            if best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far:
+                best = segment
+        if best is None or best.max_timestamp_so_far < 0:
+            return None
+        max_ts = best.max_timestamp_so_far
+        position = best.offset_index.lookup(best.shallow_offset_of_max_timestamp_so_far).position
+        for pos, batch in best.log.batches(position):
+            if batch.max_timestamp == max_ts:
+                epoch = batch.partition_leader_epoch
+                for r in batch.records():
+                    if r.timestamp == max_ts:
+                        return TimestampAndOffset(max_ts, r.offset, epoch if epoch >= 0 else None)
+            del pos
+        return None
+
+    def maybe_assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
+        with self._lock:
+            self.leader_epoch_cache.assign(epoch, start_offset)
+
+    # --- log start offset and retention ------------------------------------------------------------
+
+    def maybe_increment_log_start_offset(self, new_log_start_offset: int, reason: str = "delete records") -> bool:
+        """Move the log start forward (DeleteRecords, retention); segments go at the next retention pass."""
+        with self._lock:
+            self._check_open()
+            if new_log_start_offset > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot increment the log start offset to {new_log_start_offset} of partition {self.dir.name} "
+                    f"since it is larger than the high watermark {self.high_watermark}")
+            if new_log_start_offset <= self.log_start_offset:
+                return False
+            log.info("%s: incrementing log start offset to %d (%s)", self.dir.name, new_log_start_offset, reason)
+            self.log_start_offset = new_log_start_offset
+            self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
+            if self.recovery_point < new_log_start_offset:
+                self.recovery_point = new_log_start_offset
+            return True
+
+    def delete_old_segments(self) -> int:
+        """Apply retention: log-start breach, then size, then time (time and size only with cleanup.policy=delete)."""
+        with self._lock:
+            self._check_open()
+            n = self._delete_matching(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset,
+                                      "log start offset breach")
+            if self.config.delete:
+                n += self._delete_retention_size_breached()
+                n += self._delete_retention_ms_breached()
+            return n
+
+    def _delete_retention_ms_breached(self) -> int:
+        retention = self.config.retention_ms
+        if retention < 0:
+            return 0
+        now = self.clock.milliseconds()
+        return self._delete_matching(lambda seg, nxt: now - seg.largest_timestamp > retention,
+                                     f"retention time {retention}ms breach")
+
+    def _delete_retention_size_breached(self) -> int:
+        retention = self.config.retention_bytes
+        size = self.size
+        if retention < 0 or size < retention:
+            return 0
+        diff = size - retention
+
+        def should_delete(seg: LogSegment, nxt: LogSegment | None) -> bool:
+            nonlocal diff
+            if diff - seg.size >= 0:
+                diff -= seg.size
+                return True
+            return False
+
+        return self._delete_matching(should_delete, f"retention size {retention} bytes breach")
+
+    def _delete_matching(self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str) -> int:
+        deletable: list[LogSegment] = []
+        segs = list(self.segments.values())
+        hw = self.high_watermark
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            upper = nxt.base_offset if nxt is not None else self.log_end_offset
+            is_last_and_empty = nxt is None and seg.size == 0
+            if hw >= upper and not is_last_and_empty and predicate(seg, nxt):
+                deletable.append(seg)
+            else:
+                break
+        if not deletable:
+            return 0
+        if len(deletable) == len(self.segments):
+            self.roll()
+        for seg in deletable:
+            del self.segments[seg.base_offset]
+        log.info("%s: deleting %d segment(s) (%s): base offsets %s", self.dir.name, len(deletable), reason,
+                 [s.base_offset for s in deletable])
+        self._async_delete(deletable)
+        for seg in deletable:
+            self._async_delete_snapshot(seg.base_offset)
+        self.maybe_increment_log_start_offset(self.segments.peekitem(0)[0], "segment deletion")
+        return len(deletable)
+
+    def _async_delete(self, segments: list[LogSegment]) -> None:
+        """Rename to `.deleted` now, remove after file.delete.delay.ms (readers may still hold the files)."""
+        for seg in segments:
+            seg.change_file_suffixes("", names.DELETED_SUFFIX)
+
+        def delete() -> None:
+            for seg in segments:
+                seg.close_handlers()
+                seg.delete_if_exists()
+
+        self._schedule("delete-file", delete, self.config.file_delete_delay_ms)
+
+    def _async_delete_snapshot(self, offset: int) -> None:
+        path = self.producer_state.rename_snapshot_for_deletion(offset)
+        if path is not None:
+            self._schedule("delete-producer-snapshot", lambda: path.unlink(missing_ok=True),
+                           self.config.file_delete_delay_ms)
+
+    def _schedule(self, name: str, fn: Callable[[], None], delay_ms: int) -> None:
+        if self.scheduler is None:
+            fn()
+        else:
+            self.scheduler.schedule(name, fn, delay_ms)
+
+    # --- truncation ---------------------------------------------------------------------------------
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove everything at or above `target_offset` (a follower diverging from its leader)."""
+        if target_offset < 0:
+            raise ValueError(f"cannot truncate partition {self.dir.name} to a negative offset ({target_offset})")
+        with self._lock:
+            self._check_open()
+            if target_offset >= self.log_end_offset:
+                self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+                return False
+            log.info("%s: truncating to offset %d", self.dir.name, target_offset)
+            if self.segments.peekitem(0)[0] > target_offset:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            doomed = [s for b, s in self.segments.items() if b > target_offset]
+            for seg in doomed:
+                del self.segments[seg.base_offset]
+            if doomed:
+                self._async_delete(doomed)
+            self.active_segment.truncate_to(target_offset)
+            self._update_log_end_offset(target_offset)
+            self.recovery_point = min(self.recovery_point, target_offset)
+            self.leader_epoch_cache.truncate_from_end(target_offset)
+            self.log_start_offset = min(self.log_start_offset, target_offset)
+            self._rebuild_producer_state(target_offset)
+            if self.high_watermark >= self.log_end_offset:
+                self._hw = self._leo
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int, log_start_offset: int | None = None) -> None:
+        """Drop every segment and start empty at `new_offset` (a follower far behind its leader's log start)."""
+        with self._lock:
+            self._check_open()
+            log.info("%s: truncating fully and starting at offset %d", self.dir.name, new_offset)
+            doomed = list(self.segments.values())
+            self.segments.clear()
+            self._async_delete(doomed)
+            self.segments[new_offset] = self._new_segment(new_offset)
+            self._leo = LogOffsetMetadata(new_offset, new_offset, 0)
+            self.recovery_point = new_offset
+            self.leader_epoch_cache.clear()
+            self.producer_state.truncate_fully_and_start_at(new_offset)
+            self.log_start_offset = new_offset if log_start_offset is None else log_start_offset
+            self._hw = self._leo
+
+    def _rebuild_producer_state(self, last_offset: int) -> None:
+        from kafkalite.storage.log_loader import rebuild_producer_state
+
+        rebuild_producer_state(self, last_offset, reload_from_clean_shutdown=False)
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogError(f"log {self.dir} is closed")
+
+    def close(self, flush: bool = True) -> None:
+        """Flush (unless told not to), snapshot producer state and close every segment (trimming indexes)."""
+        with self._lock:
+            if self._closed:
+                return
+            if flush:
+                self.flush(include_active=True)
+            self.producer_state.take_snapshot()
+            for seg in self.segments.values():
+                seg.close()
+            self._closed = True
+
+    def close_handlers(self) -> None:
+        """Release file handles without flushing or trimming (the directory is about to be renamed or is gone)."""
+        with self._lock:
+            for seg in self.segments.values():
+                seg.close_handlers()
+            self._closed = True
+
+    def delete(self) -> None:
+        """Remove the whole partition directory."""
+        with self._lock:
+            self.close_handlers()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Log({self.dir}, log_start_offset={self.log_start_offset}, log_end_offset={self.log_end_offset}, "
+                f"high_watermark={self.high_watermark}, segments={len(self.segments)})")
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "CorruptRecordError",
+    "FetchIsolation",
+    "Log",
+    "LogAppendInfo",
+]

@@ -1,0 +1,314 @@
+"""Opening a partition directory (Kafka trunk's LogLoader): leftovers, swaps, sanity checks, recovery.
+
+The order matters and follows Kafka, because each step assumes the previous one:
+1. delete `.deleted` and `.cleaned` leftovers (and swaps from an interrupted split);
+2. finish interrupted swaps (cleaner or split) by deleting what they replace and renaming them;
+3. open every segment, deleting orphan indexes; a segment with a missing or corrupt index is
+   rebuilt on the spot;
+4. after an unclean shutdown, recover every segment from the one holding the recovery point:
+   rebuild its indexes, cut it at the first invalid batch, and delete every later segment;
+5. make sure a segment exists at the log start, and rebuild producer state to the log end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kafkalite.errors import (
+    CorruptIndexError,
+    IndexOffsetOverflowError,
+    InvalidOffsetError,
+    KafkaliteError,
+)
+from kafkalite.records.batch import CONTROL_FLAG_MASK, HEADER, RecordBatch
+from kafkalite.storage import names
+from kafkalite.storage.metadata import LogOffsetMetadata
+from kafkalite.storage.segment import LogSegment
+
+if TYPE_CHECKING:
+    from kafkalite.storage.log import Log
+
+log = logging.getLogger("kafkalite.log")
+
+_INDEX_SUFFIXES = (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX)
+PROGRESS_MIN_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedLogOffsets:
+    log_start_offset: int
+    recovery_point: int
+    next_offset_metadata: LogOffsetMetadata
+
+
+def _offset_of(path: Path) -> int | None:
+    try:
+        return names.offset_from_file_name(path.name)
+    except ValueError:
+        return None
+
+
+class LogLoader:
+    def __init__(self, the_log: Log, log_start_offset_checkpoint: int, recovery_point_checkpoint: int,
+                 clean_shutdown: bool, progress: Callable[[int, int], None] | None = None) -> None:
+        self.log = the_log
+        self.dir = the_log.dir
+        self.log_start_checkpoint = log_start_offset_checkpoint
+        self.recovery_point_checkpoint = recovery_point_checkpoint
+        self.clean_shutdown = clean_shutdown
+        self.progress = progress
+
+    # --- entry point ----------------------------------------------------------------------------
+
+    def load(self) -> LoadedLogOffsets:
+        self.log.log_start_offset = self.log_start_checkpoint
+        swap_files = self._remove_temp_files_and_collect_swaps()
+        self._complete_swaps(swap_files)
+        self._load_segment_files()
+        the_log = self.log
+        next_offset = self._last_next_offset() if self.clean_shutdown else self._recover_log()
+        segments = the_log.segments
+        if the_log.rebuild_epoch_cache:
+            self._rebuild_epoch_cache()
+        if segments and next_offset < self.log_start_checkpoint:
+            log.warning("%s: every segment ends below the checkpointed log start offset %d; deleting them",
+                        self.dir.name, self.log_start_checkpoint)
+            for seg in list(segments.values()):
+                seg.close_handlers()
+                seg.delete_if_exists()
+            segments.clear()
+            the_log.leader_epoch_cache.clear()
+            the_log.producer_state.truncate_fully_and_start_at(self.log_start_checkpoint)
+        if not segments:
+            start = self.log_start_checkpoint
+            segments[start] = the_log._new_segment(start)
+            next_offset = start
+        active = the_log.active_segment
+        active.offset_index.resize(the_log.config.segment_index_bytes)
+        active.time_index.resize(the_log.config.segment_index_bytes)
+        recovery_point = next_offset if self.clean_shutdown else min(self.recovery_point_checkpoint, next_offset)
+        the_log.leader_epoch_cache.truncate_from_end(next_offset)
+        log_start = max(self.log_start_checkpoint, segments.peekitem(0)[0])
+        the_log.leader_epoch_cache.truncate_from_start(log_start)
+        the_log.log_start_offset = log_start
+        the_log._leo = LogOffsetMetadata(next_offset, active.base_offset, active.size)
+        rebuild_producer_state(the_log, next_offset, reload_from_clean_shutdown=self.clean_shutdown)
+        return LoadedLogOffsets(log_start, recovery_point, the_log._leo)
+
+    def _rebuild_epoch_cache(self) -> None:
+        cache = self.log.leader_epoch_cache
+        try:
+            for segment in self.log.segments.values():
+                for h in segment.log.batch_headers(0):
+                    latest = cache.latest_epoch
+                    if h.partition_leader_epoch >= 0 and (latest is None or h.partition_leader_epoch > latest):
+                        cache.assign(h.partition_leader_epoch, h.base_offset)
+        except KafkaliteError as exc:
+            log.warning("%s: stopped rebuilding the leader epoch cache at a bad batch: %s", self.dir.name, exc)
+
+    # --- step 1 and 2: leftovers and swaps -------------------------------------------------------
+
+    def _remove_temp_files_and_collect_swaps(self) -> list[Path]:
+        swaps: list[Path] = []
+        cleaned: list[Path] = []
+        for path in sorted(self.dir.iterdir()):
+            if not path.is_file():
+                continue
+            name = path.name
+            if name.endswith(names.DELETED_SUFFIX) and not name.endswith(".checkpoint.deleted"):
+                log.info("%s: deleting stray file %s", self.dir.name, name)
+                path.unlink(missing_ok=True)
+            elif name.endswith(names.CLEANED_SUFFIX):
+                cleaned.append(path)
+            elif name.endswith(names.SWAP_SUFFIX):
+                swaps.append(path)
+            elif name.endswith(".tmp"):
+                log.info("%s: deleting leftover temporary file %s", self.dir.name, name)
+                path.unlink(missing_ok=True)
+        min_cleaned = min((o for p in cleaned if (o := _offset_of(p)) is not None), default=None)
+        kept = []
+        for swap in swaps:
+            offset = _offset_of(swap)
+            if min_cleaned is not None and offset is not None and offset >= min_cleaned:
+                log.info("%s: deleting swap file %s of an interrupted split", self.dir.name, swap.name)
+                swap.unlink(missing_ok=True)
+            else:
+                kept.append(swap)
+        for path in cleaned:
+            log.info("%s: deleting leftover cleaner file %s", self.dir.name, path.name)
+            path.unlink(missing_ok=True)
+        return kept
+
+    def _complete_swaps(self, swaps: list[Path]) -> None:
+        log_swaps = [p for p in swaps if p.name.endswith(names.LOG_SUFFIX + names.SWAP_SUFFIX)]
+        if log_swaps:
+            bases, next_offsets = [], []
+            for path in log_swaps:
+                base = _offset_of(path)
+                seg = LogSegment.open(self.dir, base, file_suffix=names.SWAP_SUFFIX,
+                                      max_index_size=self.log.config.segment_index_bytes)
+                bases.append(base)
+                next_offsets.append(_next_offset_by_scan(seg))
+                seg.close_handlers()
+            lo, hi = min(bases), max(next_offsets)
+            for path in list(self.dir.iterdir()):
+                offset = _offset_of(path)
+                if (offset is not None and lo <= offset < hi and not path.name.endswith(names.SWAP_SUFFIX)
+                        and path.name.endswith((names.LOG_SUFFIX, *_INDEX_SUFFIXES))):
+                    log.info("%s: deleting %s, replaced by an interrupted swap", self.dir.name, path.name)
+                    path.unlink(missing_ok=True)
+        for path in swaps:
+            target = path.with_name(path.name[: -len(names.SWAP_SUFFIX)])
+            log.info("%s: completing swap of %s", self.dir.name, target.name)
+            os.replace(path, target)
+
+    # --- step 3: segments --------------------------------------------------------------------------
+
+    def _load_segment_files(self) -> None:
+        the_log = self.log
+        files = sorted(p for p in self.dir.iterdir() if p.is_file())
+        logs = {p.name for p in files if p.name.endswith(names.LOG_SUFFIX)}
+        for path in files:
+            if path.name.endswith(_INDEX_SUFFIXES):
+                base = path.name.split(".", 1)[0]
+                if base + names.LOG_SUFFIX not in logs:
+                    log.warning("%s: deleting index file %s that has no log file", self.dir.name, path.name)
+                    path.unlink(missing_ok=True)
+        for name in sorted(logs):
+            base = names.offset_from_file_name(name)
+            time_index_existed = names.time_index_file(self.dir, base).exists()
+            segment = the_log._new_segment(base, new_file=False)
+            try:
+                segment.sanity_check(time_index_existed)
+            except FileNotFoundError:
+                if self.clean_shutdown or base < self.recovery_point_checkpoint:
+                    log.error("%s: could not find offset index file of segment %d; rebuilding index files",
+                              self.dir.name, base)
+                self._recover_segment(segment)
+            except CorruptIndexError as exc:
+                log.error("%s: found a corrupted index file of segment %d (%s); rebuilding it",
+                          self.dir.name, base, exc)
+                self._recover_segment(segment)
+            the_log.segments[base] = segment
+
+    def _recover_segment(self, segment: LogSegment) -> int:
+        """Recover one segment with producer state as of its base, as Kafka's recoverSegment does."""
+        the_log = self.log
+        rebuild_producer_state(the_log, segment.base_offset, reload_from_clean_shutdown=False, snapshot=False)
+        try:
+            truncated = segment.recover(the_log.producer_state, the_log.leader_epoch_cache)
+        except (InvalidOffsetError, IndexOffsetOverflowError, OSError) as exc:
+            log.warning("%s: could not recover segment %d (%s); emptying it", self.dir.name, segment.base_offset, exc)
+            truncated = segment.log.size
+            segment.truncate_to(segment.base_offset)
+        the_log.producer_state.take_snapshot()
+        return truncated
+
+    # --- step 4: recovery ----------------------------------------------------------------------------
+
+    def _last_next_offset(self) -> int:
+        segments = self.log.segments
+        return segments.peekitem(-1)[1].read_next_offset() if segments else self.log_start_checkpoint
+
+    def _recover_log(self) -> int:
+        the_log = self.log
+        segments = the_log.segments
+        if not segments:
+            return self.log_start_checkpoint
+        keys = list(segments.keys())
+        start_index = max(0, segments.bisect_right(self.recovery_point_checkpoint) - 1)
+        to_recover = keys[start_index:]
+        total = sum(segments[k].size for k in to_recover)
+        bar = _progress_bar(total, f"recovering {self.dir.name}") if total >= PROGRESS_MIN_BYTES else None
+        done = 0
+        try:
+            for i, base in enumerate(to_recover):
+                segment = segments[base]
+                log.info("%s: recovering unflushed segment %d (%d bytes)", self.dir.name, base, segment.size)
+                truncated = self._recover_segment(segment)
+                done += segment.size + truncated
+                if bar is not None:
+                    bar.update(segment.size + truncated)
+                if self.progress is not None:
+                    self.progress(done, total)
+                if truncated > 0:
+                    later = to_recover[i + 1 :]
+                    if later:
+                        log.warning("%s: corruption found in segment %d; deleting %d later segment(s) %s",
+                                    self.dir.name, base, len(later), later)
+                    for b in later:
+                        doomed = segments.pop(b)
+                        doomed.close_handlers()
+                        doomed.delete_if_exists()
+                    break
+        finally:
+            if bar is not None:
+                bar.close()
+        return self._last_next_offset()
+
+
+def _progress_bar(total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, disable=None, leave=False)
+
+
+def _next_offset_by_scan(segment: LogSegment) -> int:
+    next_offset = segment.base_offset
+    try:
+        for h in segment.log.batch_headers(0):
+            next_offset = h.last_offset + 1
+    except KafkaliteError:
+        pass
+    return next_offset
+
+
+def rebuild_producer_state(the_log: Log, last_offset: int, *, reload_from_clean_shutdown: bool,
+                           snapshot: bool = True) -> None:
+    """Bring producer state to `last_offset`: from the newest usable snapshot plus a replay of the log.
+
+    After a clean shutdown with no snapshot at all (an old log), empty snapshots are written instead
+    of replaying everything, as Kafka does.
+    """
+    psm = the_log.producer_state
+    segments = the_log.segments
+    bases = list(segments.keys())
+    psm.remove_stray_snapshots(bases)
+    if psm.latest_snapshot_offset is None and reload_from_clean_shutdown:
+        for offset in sorted({*bases[-2:], last_offset}):
+            psm.update_map_end_offset(offset)
+            psm.take_snapshot()
+        psm.update_map_end_offset(last_offset)
+        return
+    now = the_log.clock.milliseconds()
+    psm.truncate_and_reload(the_log.log_start_offset, last_offset, now)
+    start = psm.map_end_offset
+    if start < last_offset:
+        first = max(0, segments.bisect_right(start) - 1)
+        for base in bases[first:]:
+            if base >= last_offset:
+                break
+            segment = segments[base]
+            position = segment.offset_index.lookup(start).position if base <= start else 0
+            for pos, size, view in segment.log.iter_views(position, with_body=False):
+                header = HEADER.unpack_from(view)
+                b_base, last = header[0], header[0] + header[6]
+                if last < start:
+                    continue
+                if b_base >= last_offset:
+                    break
+                if header[9] >= 0 or header[5] & CONTROL_FLAG_MASK:
+                    batch = segment.log.read_batch(pos, size) if header[5] & CONTROL_FLAG_MASK else \
+                        RecordBatch(bytes(view[:61]), header_only=True)
+                    completed = psm.update_from_recovered_batch(batch)
+                    if completed is not None:
+                        psm.complete_txn(completed)
+                psm.update_map_end_offset(last + 1)
+    psm.update_map_end_offset(last_offset)
+    if snapshot:
+        psm.take_snapshot()
