@@ -37,8 +37,13 @@ from kafkalite.errors import (
     RecordValidationError,
     UnexpectedAppendOffsetError,
 )
-from kafkalite.records.batch import RecordBatch, TimestampType, iter_batches
-from kafkalite.records.compression import CompressionType
+from kafkalite.records.batch import (
+    COMPRESSION_CODEC_MASK,
+    TIMESTAMP_TYPE_MASK,
+    RecordBatch,
+    TimestampType,
+    iter_batches,
+)
 from kafkalite.scheduler import Scheduler
 from kafkalite.storage import names
 from kafkalite.storage.checkpoint import LEADER_EPOCH_CHECKPOINT_FILE, CheckpointError, LeaderEpochCheckpointFile
@@ -202,8 +207,9 @@ class Log:
 
     lso = last_stable_offset
 
-    def _update_log_end_offset(self, offset: int) -> None:
-        active = self.active_segment
+    def _update_log_end_offset(self, offset: int, active: LogSegment | None = None) -> None:
+        if active is None:
+            active = self.active_segment
         self._leo = LogOffsetMetadata(offset, active.base_offset, active.size)
         if self.recovery_point > offset:
             self.recovery_point = offset
@@ -328,7 +334,7 @@ class Log:
                 if batch.has_producer_id and batch.base_sequence < 0:
                     raise InvalidRecordError(
                         f"invalid sequence number {batch.base_sequence} in batch of producer {batch.producer_id}")
-                if batch.timestamp_type == TimestampType.LOG_APPEND_TIME:
+                if batch.attributes & TIMESTAMP_TYPE_MASK:
                     raise InvalidTimestampError("a producer may not set the LogAppendTime timestamp type")
             self._validate_records(batch, now, log_append)
             batch.set_last_offset(offset + batch.last_offset_delta)
@@ -351,14 +357,15 @@ class Log:
         check_ts = not log_append and (
             cfg.message_timestamp_before_max_ms < (1 << 63) - 1 or cfg.message_timestamp_after_max_ms < (1 << 63) - 1
         )
-        if not (cfg.compact or check_ts or batch.compression != CompressionType.NONE):
+        compressed = batch.attributes & COMPRESSION_CODEC_MASK
+        if not (cfg.compact or check_ts or compressed):
             return
         records = batch.records()
         if len(records) != batch.records_count:
             raise InvalidRecordError("record count does not match the batch header")
         errors: list[tuple[int, str]] = []
         for i, r in enumerate(records):
-            if r.offset - batch.base_offset != i and batch.compression != CompressionType.NONE:
+            if compressed and r.offset - batch.base_offset != i:
                 raise InvalidRecordError(f"compressed batch has non-consecutive inner offset delta at record {i}")
             if cfg.compact and r.key is None:
                 errors.append((i, "compacted topic cannot accept a record without a key"))
@@ -409,10 +416,12 @@ class Log:
             segment = self._maybe_roll(a.valid_bytes, a)
             data = memoryview(buf)[: a.valid_bytes]
             segment.append(a.last_offset, a.max_timestamp, a.shallow_offset_of_max_timestamp, data)
+            cache = self.leader_epoch_cache
             for b in a.batches:
-                if b.partition_leader_epoch >= 0:
-                    self.leader_epoch_cache.assign(b.partition_leader_epoch, b.base_offset)
-            self._update_log_end_offset(a.last_offset + 1)
+                epoch = b.partition_leader_epoch
+                if epoch >= 0 and epoch != cache.latest_epoch:  # same epoch at a higher offset: a no-op assign
+                    cache.assign(epoch, b.base_offset)
+            self._update_log_end_offset(a.last_offset + 1, segment)
             for batch, p in zip((b for b in a.batches if b.has_producer_id), pending, strict=True):
                 completed = self.producer_state.complete_append(p, batch.base_offset, batch.last_offset)
                 if completed is not None:

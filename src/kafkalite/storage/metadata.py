@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kafkalite.storage.file_records import FileSlice
 
@@ -10,9 +11,10 @@ UNKNOWN_OFFSET = -1
 UNKNOWN_FILE_POSITION = -1
 
 
-@dataclass(frozen=True, slots=True)
-class LogOffsetMetadata:
-    """An offset, and when known the segment and byte position it lives at (Kafka's LogOffsetMetadata)."""
+class LogOffsetMetadata(NamedTuple):
+    """An offset, and when known the segment and byte position it lives at (Kafka's LogOffsetMetadata).
+
+    A NamedTuple because one is built on every append (the new log end offset)."""
 
     message_offset: int
     segment_base_offset: int = UNKNOWN_OFFSET

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from kafkalite.clock import SYSTEM_CLOCK, Clock
 from kafkalite.errors import (
@@ -43,8 +42,7 @@ class _UseSize:
 USE_SEGMENT_SIZE = _UseSize()
 
 
-@dataclass(frozen=True, slots=True)
-class RollParams:
+class RollParams(NamedTuple):
     """What `should_roll` needs to know about the append that is about to happen."""
 
     max_segment_ms: int
