@@ -39,9 +39,11 @@ from kafkalite.errors import (
 )
 from kafkalite.records.batch import (
     COMPRESSION_CODEC_MASK,
+    LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     RecordBatch,
     TimestampType,
+    compute_crc,
     iter_batches,
 )
 from kafkalite.scheduler import Scheduler
@@ -121,6 +123,10 @@ class Log:
         self.dir = Path(directory)
         self.topic, self.partition = names.parse_topic_partition_name(self.dir.name)
         self.config = config
+        # whether any rule needs the records of an uncompressed batch opened (keys, timestamp bounds)
+        self._record_rules = config.compact or (config.message_timestamp_type == "CreateTime" and (
+            config.message_timestamp_before_max_ms < (1 << 63) - 1
+            or config.message_timestamp_after_max_ms < (1 << 63) - 1))
         self.scheduler = scheduler
         self.clock = clock
         self._lock = threading.RLock()
@@ -294,23 +300,26 @@ class Log:
         monotonic = True
         count = 0
         max_bytes = self.config.max_message_bytes
+        from_client = as_leader and origin == AppendOrigin.CLIENT
         for batch in iter_batches(memoryview(buf)):
-            if as_leader and origin == AppendOrigin.CLIENT and batch.base_offset != 0:
-                raise InvalidRecordError(
-                    f"the base offset of a record batch from a client must be 0, was {batch.base_offset}")
+            base = batch.base_offset
+            if from_client and base != 0:
+                raise InvalidRecordError(f"the base offset of a record batch from a client must be 0, was {base}")
             if not batches:
-                first_offset = batch.base_offset
-            if batch.last_offset <= last_offset:
+                first_offset = base
+            batch_last = base + batch.last_offset_delta
+            if batch_last <= last_offset:
                 monotonic = False
-            last_offset = batch.last_offset
-            size = batch.size_in_bytes
+            last_offset = batch_last
+            size = batch.length + LOG_OVERHEAD
             if as_leader and size > max_bytes:
                 raise RecordTooLargeError(
                     f"the record batch of {size} bytes exceeds the maximum allowed size "
                     f"max.message.bytes={max_bytes} of {self.dir.name}")
-            batch.ensure_valid()
+            if compute_crc(batch.buffer) != batch.crc:
+                batch.ensure_valid()  # raises CorruptRecordError with the details
             if batch.max_timestamp > max_ts:
-                max_ts, shallow = batch.max_timestamp, batch.last_offset
+                max_ts, shallow = batch.max_timestamp, batch_last
             valid_bytes += size
             count += batch.records_count
             batches.append(batch)
@@ -353,13 +362,13 @@ class Log:
     def _validate_records(self, batch: RecordBatch, now: int, log_append: bool) -> None:
         """Open records only where a rule needs them: keys on compacted topics, timestamp bounds,
         and compressed payloads (their inner structure is not covered by anything else we check)."""
+        compressed = batch.attributes & COMPRESSION_CODEC_MASK
+        if not (compressed or self._record_rules):
+            return
         cfg = self.config
         check_ts = not log_append and (
             cfg.message_timestamp_before_max_ms < (1 << 63) - 1 or cfg.message_timestamp_after_max_ms < (1 << 63) - 1
         )
-        compressed = batch.attributes & COMPRESSION_CODEC_MASK
-        if not (cfg.compact or check_ts or compressed):
-            return
         records = batch.records()
         if len(records) != batch.records_count:
             raise InvalidRecordError("record count does not match the batch header")
