@@ -448,3 +448,16 @@ def test_prop_garbage_file_only_fails_sanity_check_with_corrupt_index(tmp_path, 
     idx.fetch_upper_bound_offset(OffsetPosition(base, 0), 10)
     idx.truncate_to(target)
     idx.close()
+
+
+def test_position_past_2gib_is_a_clear_error(tmp_path):
+    from kafkalite.errors import IndexOffsetOverflowError
+    from kafkalite.storage.offset_index import OffsetIndex
+
+    idx = OffsetIndex(tmp_path / "00000000000000000000.index", 0, 80)
+    with pytest.raises(IndexOffsetOverflowError, match="position"):
+        idx.append(1, 2**31)
+    idx.append(1, 2**31 - 1)
+    assert idx.lookup(5).position == 2**31 - 1
+    idx.release_cache()
+    assert idx.lookup(5).position == 2**31 - 1

@@ -1,77 +1,114 @@
 """`kafkalite demo`: the README's main command.
 
-For now it writes a small partition directory in Kafka's layout (several segments, every codec,
-headers, a transaction marker) into the default data directory and prints it with dump-log.
-It replaces its own output on every run, so it can be run again.
+Until the Spark pipeline exists, the demo exercises the storage engine end to end on the default
+data directory: it writes a realistic page-view stream into partition `events-0` through the
+partition `Log` (every codec, headers, rolling segments), reopens it as after a crash (recovery
+checks every batch and rebuilds the indexes), looks offsets up by time, applies size retention,
+and prints the first segment with dump-log. It replaces its own output on every run.
 """
 
 from __future__ import annotations
 
 import io
+import random
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from kafkalite.records import CompressionType, ControlRecordType, RecordBatch, SimpleRecord, build_batch
-from kafkalite.records.control import build_end_txn_marker
-from kafkalite.storage.segment import LogSegment
+from kafkalite.clock import SYSTEM_CLOCK
+from kafkalite.records import CompressionType, SimpleRecord, build_batch
+from kafkalite.scheduler import MockScheduler
+from kafkalite.storage.log import FetchIsolation, Log
+from kafkalite.storage.log_config import LogConfig
 
 DEFAULT_DATA_DIR = Path("kafkalite-data")
+URLS = ["/", "/search", "/product/42", "/product/7", "/cart", "/checkout", "/help"]
 
 
-def write_sample_partition(directory: Path, now_ms: int, *, records_per_batch: int = 5,
-                           batches: int = 12, segment_bytes: int = 2048) -> list[LogSegment]:
-    """Write `batches` batches (cycling through the codecs) and roll by size, like the log will."""
-    directory.mkdir(parents=True, exist_ok=True)
-    segments = [LogSegment.open(directory, 0, index_interval_bytes=256)]
-    offset = 0
-    codecs = list(CompressionType)
-    for i in range(batches):
-        recs = [
-            SimpleRecord(b"user-%d" % ((offset + j) % 7),
-                         b'{"url": "/page/%d", "n": %d}' % ((offset + j) % 13, offset + j),
-                         now_ms + offset + j, [("source", b"demo")])
-            for j in range(records_per_batch)
-        ]
-        if i == batches - 1:
-            buf = build_end_txn_marker(ControlRecordType.COMMIT, 1000, 0, timestamp=now_ms + offset,
-                                       base_offset=offset, partition_leader_epoch=0)
-        else:
-            buf = build_batch(recs, base_offset=offset, partition_leader_epoch=0, compression=codecs[i % len(codecs)])
-        batch = RecordBatch(buf)
-        active = segments[-1]
-        if active.size > 0 and active.size + len(buf) > segment_bytes:
-            active.on_become_inactive_segment()
-            segments.append(LogSegment.open(directory, offset, index_interval_bytes=256))
-            active = segments[-1]
-        active.append(batch.last_offset, batch.max_timestamp, batch.last_offset, buf)
-        offset = batch.last_offset + 1
-    for s in segments:
-        s.close()
-    return segments
+def page_views(n: int, start_ms: int, seed: int = 7) -> list[SimpleRecord]:
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        user = f"user-{rnd.randrange(50):02d}"
+        url = rnd.choice(URLS)
+        value = f'{{"user": "{user}", "url": "{url}", "ms": {rnd.randrange(20, 900)}}}'.encode()
+        out.append(SimpleRecord(user.encode(), value, start_ms + i * 10, [("source", b"demo")]))
+    return out
 
 
 def run(args: Any) -> int:
     from kafkalite.cli.dump_log import Dumper
 
     data_dir = Path(args.data_dir)
-    part = data_dir / "demo-events-0"
+    part = data_dir / "events-0"
     if part.exists():
         shutil.rmtree(part)
+    config = LogConfig.from_props({"segment.bytes": 64 * 1024, "retention.bytes": 256 * 1024,
+                                   "index.interval.bytes": 1024})
+    now = SYSTEM_CLOCK.milliseconds()
+    views = page_views(args.records, now - args.records * 10)
+    codecs = list(CompressionType)
+
     started = time.perf_counter()
-    segments = write_sample_partition(part, int(time.time() * 1000))
-    print(f"Wrote {len(segments)} segments to {part} in {1000 * (time.perf_counter() - started):.1f} ms\n")
+    lg = Log(part, config, scheduler=MockScheduler(_Clock()))
+    for i in range(0, len(views), 50):
+        lg.append_as_leader(build_batch(views[i : i + 50], compression=codecs[(i // 50) % len(codecs)]), leader_epoch=0)
+    lg.update_high_watermark(lg.log_end_offset)
+    elapsed = time.perf_counter() - started
+    print(f"Wrote {lg.log_end_offset} page views to {part} in {elapsed * 1000:.0f} ms "
+          f"({lg.log_end_offset / elapsed:,.0f} records/s), {lg.number_of_segments} segments, {lg.size:,} bytes")
+    lg.close(flush=False)  # no flush and no clean-shutdown marker: the next open must recover
+
+    started = time.perf_counter()
+    lg = Log(part, config, scheduler=MockScheduler(_Clock()), recovery_point=0, clean_shutdown=False)
+    print(f"Reopened after an unclean stop: checked every batch of {lg.number_of_segments} segments and rebuilt "
+          f"their indexes in {(time.perf_counter() - started) * 1000:.0f} ms; log end offset {lg.log_end_offset}")
+    lg.update_high_watermark(lg.log_end_offset)
+
+    middle = views[len(views) // 2].timestamp
+    found = lg.fetch_offset_by_timestamp(middle)
+    print(f"First page view at or after {middle}: offset {found.offset if found else None}")
+
+    deleted = lg.delete_old_segments()
+    print(f"Size retention (retention.bytes=256 KiB) deleted {deleted} segment(s); log start offset is now "
+          f"{lg.log_start_offset}, {lg.size:,} bytes left")
+
+    counts: dict[bytes, int] = {}
+    for batch in lg.batches(None, FetchIsolation.HIGH_WATERMARK):
+        for r in batch.records():
+            counts[r.key] = counts.get(r.key, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:3]
+    print("Most active users still retained: " + ", ".join(f"{k.decode()} ({v})" for k, v in top))
+    first_log = lg.segments.peekitem(0)[1].log.path
+    lg.close()
+
     buf = io.StringIO()
-    dumper = Dumper(buf, deep=True, print_data=True, as_json=False, max_bytes=None)
-    for f in sorted(part.iterdir()):
-        dumper.dump(f)
-    print(buf.getvalue())
-    print(f"Dumped {len(list(part.iterdir()))} files; problems found: {dumper.problems}")
+    dumper = Dumper(buf, deep=args.print_records, print_data=args.print_records, as_json=False, max_bytes=None)
+    dumper.dump(first_log)
+    lines = buf.getvalue().splitlines()
+    print(f"\n$ kafkalite dump-log {first_log}  (first {min(len(lines), 8)} of {len(lines)} lines)")
+    print("\n".join(lines[:8]))
+    print(f"\nDone. The partition is in Kafka's layout under {part}; problems found: {dumper.problems}")
     return 1 if dumper.problems else 0
 
 
+class _Clock:
+    """Wall-clock time for the scheduler the demo hands to its logs; their tasks run when they are due."""
+
+    def milliseconds(self) -> int:
+        return SYSTEM_CLOCK.milliseconds()
+
+    def nanoseconds(self) -> int:
+        return SYSTEM_CLOCK.nanoseconds()
+
+    def sleep(self, ms: int) -> None:
+        pass
+
+
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("demo", help="write a sample partition to the data directory and dump it")
+    p = sub.add_parser("demo", help="write, recover, search and trim a sample partition, then dump it")
     p.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR), help="data directory (default: ./kafkalite-data)")
+    p.add_argument("--records", type=int, default=20000, help="page views to write (default 20000)")
+    p.add_argument("--print-records", action="store_true", help="include records in the dump")
     p.set_defaults(func=run)

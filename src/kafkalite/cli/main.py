@@ -13,7 +13,7 @@ from kafkalite.cli import demo, dump_log
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafkalite", description="Kafka's storage engine and broker, in Python.")
     parser.add_argument("--version", action="version", version=f"kafkalite {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="-v logs what happens, -vv debug details")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     dump_log.add_parser(sub)
     demo.add_parser(sub)
@@ -23,7 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    logging.basicConfig(level=level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
         parser.print_help()

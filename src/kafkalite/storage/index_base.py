@@ -150,6 +150,11 @@ class IndexBase:
             cols[1].append(second)
         self._entries += 1
 
+    def release_cache(self) -> None:
+        """Drop the in-memory columns; the next lookup reloads them. Inactive segments call this so
+        that thousands of old segments do not keep their indexes in memory twice."""
+        self._cols = None
+
     def _write_many(self, firsts: list[int], seconds: list[int]) -> int:
         """Store entries in bulk (recovery rebuilds whole indexes): one struct call instead of one per entry.
 

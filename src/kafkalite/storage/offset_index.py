@@ -11,7 +11,7 @@ import struct
 from bisect import bisect_left, bisect_right
 from typing import NamedTuple
 
-from kafkalite.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from kafkalite.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
 from kafkalite.storage.index_base import IndexBase
 
 
@@ -20,6 +20,9 @@ class OffsetPosition(NamedTuple):
 
     offset: int
     position: int
+
+
+MAX_POSITION = (1 << 31) - 1
 
 
 class OffsetIndex(IndexBase):
@@ -64,6 +67,8 @@ class OffsetIndex(IndexBase):
         return OffsetPosition(self.base_offset + offsets[slot], positions[slot])
 
     def append(self, offset: int, position: int) -> None:
+        if not 0 <= position <= MAX_POSITION:
+            raise IndexOffsetOverflowError(f"position {position} does not fit an index entry of {self._path}")
         if self._entries >= self.max_entries:
             raise IndexFullError(f"attempt to append to a full index {self._path} ({self._entries} entries)")
         if self._entries > 0 and offset <= self._last_offset:

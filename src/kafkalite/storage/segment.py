@@ -360,6 +360,8 @@ class LogSegment:
         self.time_index.maybe_append(ts, offset, skip_full_check=True)
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
+        self.offset_index.release_cache()
+        self.time_index.release_cache()
         self.log.trim()
 
     # --- recovery and truncation ------------------------------------------------------------------
