@@ -122,11 +122,7 @@ class Log:
 
         self.dir = Path(directory)
         self.topic, self.partition = names.parse_topic_partition_name(self.dir.name)
-        self.config = config
-        # whether any rule needs the records of an uncompressed batch opened (keys, timestamp bounds)
-        self._record_rules = config.compact or (config.message_timestamp_type == "CreateTime" and (
-            config.message_timestamp_before_max_ms < (1 << 63) - 1
-            or config.message_timestamp_after_max_ms < (1 << 63) - 1))
+        self.update_config(config)
         self.scheduler = scheduler
         self.clock = clock
         self._lock = threading.RLock()
@@ -153,6 +149,14 @@ class Log:
         self._hw = LogOffsetMetadata(self.log_start_offset)
         if high_watermark is not None:
             self.update_high_watermark(high_watermark)
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply new topic configs (IncrementalAlterConfigs); new segments and appends use them."""
+        self.config = config
+        # whether any rule needs the records of an uncompressed batch opened (keys, timestamp bounds)
+        self._record_rules = config.compact or (config.message_timestamp_type == "CreateTime" and (
+            config.message_timestamp_before_max_ms < (1 << 63) - 1
+            or config.message_timestamp_after_max_ms < (1 << 63) - 1))
 
     # --- segment construction -----------------------------------------------------------------------
 

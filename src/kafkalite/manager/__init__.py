@@ -1,0 +1,1 @@
+"""Many logs across data directories, and background tasks (LogManager; later the LogCleaner)."""

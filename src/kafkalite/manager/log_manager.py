@@ -1,0 +1,410 @@
+"""Many partition logs across several data directories (Kafka's LogManager).
+
+A data directory is what `log.dirs` names: it holds one directory per partition plus the files
+that make restarts cheap and safe: `meta.properties` (identity), a `.lock` held while open,
+`recovery-point-offset-checkpoint` (what is known flushed, so only the rest is re-validated after a
+crash), `log-start-offset-checkpoint`, and `.kafka_cleanshutdown`, written last on a clean stop so
+the next start skips recovery entirely.
+
+The manager loads every partition of every dir in parallel (`num.recovery.threads.per.data.dir`
+per dir), and runs Kafka's background tasks by their Kafka names: kafka-log-retention,
+kafka-log-flusher, kafka-recovery-point-checkpoint, kafka-log-start-offset-checkpoint,
+kafka-delete-logs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafkalite.clock import SYSTEM_CLOCK, Clock
+from kafkalite.errors import KafkaStorageError, LogError
+from kafkalite.scheduler import Scheduler, ThreadScheduler
+from kafkalite.storage import names
+from kafkalite.storage.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    OffsetCheckpointFile,
+    has_clean_shutdown_marker,
+    kraft_meta_properties,
+    read_meta_properties,
+    remove_clean_shutdown_marker,
+    write_clean_shutdown_marker,
+    write_meta_properties,
+)
+from kafkalite.storage.log import Log
+from kafkalite.storage.log_config import LogConfig
+
+log = logging.getLogger("kafkalite.manager")
+
+LOCK_FILE = ".lock"
+LONG_MAX = (1 << 63) - 1
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerConfig:
+    """Broker-level settings of the manager, with Kafka's defaults (reference section 3)."""
+
+    num_recovery_threads_per_data_dir: int = 1
+    retention_check_interval_ms: int = 300_000
+    flush_check_interval_ms: int = LONG_MAX
+    flush_recovery_offset_checkpoint_interval_ms: int = 60_000
+    flush_start_offset_checkpoint_interval_ms: int = 60_000
+    initial_task_delay_ms: int = 30_000
+    file_delete_delay_ms: int = 60_000
+    node_id: int = 1
+    cluster_id: str = "kafkalite-cluster"
+    broker_epoch: int = 0
+
+    @classmethod
+    def from_broker_props(cls, props: Mapping[str, object]) -> ManagerConfig:
+        keys = {
+            "num.recovery.threads.per.data.dir": "num_recovery_threads_per_data_dir",
+            "log.retention.check.interval.ms": "retention_check_interval_ms",
+            "log.flush.scheduler.interval.ms": "flush_check_interval_ms",
+            "log.flush.offset.checkpoint.interval.ms": "flush_recovery_offset_checkpoint_interval_ms",
+            "log.flush.start.offset.checkpoint.interval.ms": "flush_start_offset_checkpoint_interval_ms",
+            "log.segment.delete.delay.ms": "file_delete_delay_ms",
+            "node.id": "node_id",
+            "broker.id": "node_id",
+        }
+        values = {field: int(str(props[k])) for k, field in keys.items() if k in props}
+        if "cluster.id" in props:
+            values["cluster_id"] = str(props["cluster.id"])
+        return cls(**values)
+
+
+class _DataDir:
+    """One entry of log.dirs, held open under an exclusive lock."""
+
+    def __init__(self, path: Path, cfg: ManagerConfig) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise LogError(f"failed to acquire lock on file .lock in {path}: another process is using this "
+                           "directory (stop it, or point log.dirs elsewhere)") from None
+        props = read_meta_properties(path)
+        if props is None:
+            props = kraft_meta_properties(cfg.node_id, cfg.cluster_id, uuid.uuid4())
+            write_meta_properties(path, props)
+        elif props.get("node.id", props.get("broker.id")) not in (None, str(cfg.node_id)):
+            self.release()
+            raise LogError(f"{path} belongs to node {props.get('node.id', props.get('broker.id'))}, "
+                           f"not node {cfg.node_id} (meta.properties)")
+        self.meta = props
+        self.had_clean_shutdown = has_clean_shutdown_marker(path)
+        self.offline = False
+        self.rp: dict[TopicPartition, int] = {}  # checkpointed recovery points, read at load
+        self.ls: dict[TopicPartition, int] = {}  # checkpointed log start offsets, read at load
+        self.recovery_points = OffsetCheckpointFile(path / RECOVERY_POINT_CHECKPOINT_FILE)
+        self.log_starts = OffsetCheckpointFile(path / LOG_START_OFFSET_CHECKPOINT_FILE)
+
+    def release(self) -> None:
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: list[Path | str] | Path | str,
+        default_config: LogConfig | None = None,
+        config: ManagerConfig | None = None,
+        *,
+        topic_configs: Mapping[str, Mapping[str, object]] | None = None,
+        scheduler: Scheduler | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        dirs = [log_dirs] if isinstance(log_dirs, (str, Path)) else list(log_dirs)
+        if not dirs:
+            raise LogError("log.dirs is empty: give at least one data directory")
+        self.config = config or ManagerConfig()
+        self.default_config = default_config or LogConfig()
+        self.topic_configs: dict[str, dict[str, object]] = {k: dict(v) for k, v in (topic_configs or {}).items()}
+        self.clock = clock
+        self.scheduler = scheduler or ThreadScheduler(clock=clock)
+        self._owns_scheduler = scheduler is None
+        self._lock = threading.RLock()
+        self.logs: dict[TopicPartition, Log] = {}
+        self._log_dir_of: dict[TopicPartition, _DataDir] = {}
+        self.logs_to_delete: list[tuple[Path, int]] = []  # (dir renamed -delete, when it may be removed)
+        self.dirs: list[_DataDir] = []
+        try:
+            for d in dirs:
+                self.dirs.append(_DataDir(Path(d).resolve(), self.config))
+            self._load_all(progress)
+        except BaseException:
+            for d in self.dirs:
+                d.release()
+            raise
+        self._started = False
+
+    # --- loading ------------------------------------------------------------------------------------
+
+    def _config_for(self, topic: str) -> LogConfig:
+        overrides = self.topic_configs.get(topic)
+        return LogConfig.from_props(overrides, self.default_config) if overrides else self.default_config
+
+    def _load_all(self, progress: Callable[[int, int], None] | None) -> None:
+        started = time.perf_counter()
+        jobs: list[tuple[_DataDir, Path]] = []
+        for d in self.dirs:
+            if d.had_clean_shutdown:
+                log.info("Found clean shutdown file in %s: skipping recovery of its logs", d.path)
+                remove_clean_shutdown_marker(d.path)
+            d.rp = d.recovery_points.read_or_empty()
+            d.ls = d.log_starts.read_or_empty()
+            for child in sorted(d.path.iterdir()):
+                if not child.is_dir():
+                    continue
+                name = child.name
+                if name.endswith(names.DELETE_DIR_SUFFIX):
+                    self.logs_to_delete.append((child, self.clock.milliseconds()))
+                    continue
+                if name.endswith((names.FUTURE_DIR_SUFFIX, names.STRAY_DIR_SUFFIX)) or name.startswith("__cluster"):
+                    continue
+                try:
+                    names.parse_topic_partition_name(name)
+                except ValueError:
+                    log.warning("Ignoring directory %s in %s: not a topic-partition directory", name, d.path)
+                    continue
+                jobs.append((d, child))
+        total = len(jobs)
+        done = 0
+        bar = None
+        if total >= 50:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, desc="loading logs", unit="log", disable=None, leave=False)
+        workers = max(1, self.config.num_recovery_threads_per_data_dir * len(self.dirs))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-recovery") as pool:
+            futures = [(d, child, pool.submit(self._load_log, d, child)) for d, child in jobs]
+            for d, _child, fut in futures:
+                try:
+                    lg = fut.result()
+                except OSError as exc:
+                    self._mark_offline(d, exc)
+                    continue
+                tp = (lg.topic, lg.partition)
+                if tp in self.logs:
+                    raise LogError(f"duplicate log directories for {tp[0]}-{tp[1]}: {self._log_dir_of[tp].path} "
+                                   f"and {d.path}")
+                self.logs[tp] = lg
+                self._log_dir_of[tp] = d
+                done += 1
+                if bar is not None:
+                    bar.update(1)
+                if progress is not None:
+                    progress(done, total)
+        if bar is not None:
+            bar.close()
+        log.info("Loaded %d logs from %d data dir(s) in %.0f ms", len(self.logs), len(self.dirs),
+                 (time.perf_counter() - started) * 1000)
+
+    def _load_log(self, d: _DataDir, child: Path) -> Log:
+        topic, partition = names.parse_topic_partition_name(child.name)
+        tp = (topic, partition)
+        return Log(child, self._config_for(topic), log_start_offset=d.ls.get(tp, 0),
+                   recovery_point=d.rp.get(tp, 0), clean_shutdown=d.had_clean_shutdown, scheduler=self.scheduler,
+                   clock=self.clock)
+
+    # --- lookups and lifecycle of logs --------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self.logs.get((topic, partition))
+
+    def all_logs(self) -> list[Log]:
+        return list(self.logs.values())
+
+    def _next_dir(self) -> _DataDir:
+        online = [d for d in self.dirs if not d.offline]
+        if not online:
+            raise KafkaStorageError("every log dir is offline; no partition can be created")
+        counts = {id(d): 0 for d in online}
+        for d in self._log_dir_of.values():
+            if id(d) in counts:
+                counts[id(d)] += 1
+        return min(online, key=lambda d: counts[id(d)])
+
+    def get_or_create_log(self, topic: str, partition: int, config: Mapping[str, object] | None = None) -> Log:
+        """The log of a partition, created in the data dir holding the fewest partitions."""
+        with self._lock:
+            tp = (topic, partition)
+            existing = self.logs.get(tp)
+            if existing is not None:
+                return existing
+            if config:
+                self.topic_configs[topic] = dict(config)
+            d = self._next_dir()
+            path = d.path / names.partition_dir_name(topic, partition)
+            names.parse_topic_partition_name(path.name)  # refuses names Kafka could not read back
+            lg = Log(path, self._config_for(topic), scheduler=self.scheduler, clock=self.clock)
+            self.logs[tp] = lg
+            self._log_dir_of[tp] = d
+            log.info("Created log for partition %s-%d in %s", topic, partition, d.path)
+            return lg
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Rename the partition dir to `<tp>.<uuid>-delete`; the kafka-delete-logs task removes it later."""
+        with self._lock:
+            tp = (topic, partition)
+            lg = self.logs.pop(tp, None)
+            if lg is None:
+                return
+            d = self._log_dir_of.pop(tp)
+            lg.close_handlers()
+            target = d.path / names.delete_dir_name(topic, partition)
+            os.replace(lg.dir, target)
+            self.logs_to_delete.append((target, self.clock.milliseconds() + self.config.file_delete_delay_ms))
+            self._checkpoint_dir(d)
+            log.info("Log for partition %s-%d is renamed to %s and is scheduled for deletion", topic, partition,
+                     target)
+
+    def update_topic_config(self, topic: str, overrides: Mapping[str, object]) -> None:
+        with self._lock:
+            new = LogConfig.from_props(overrides, self.default_config)
+            self.topic_configs[topic] = dict(overrides)
+            for (t, _p), lg in self.logs.items():
+                if t == topic:
+                    lg.update_config(new)
+
+    # --- background tasks -------------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        """Schedule Kafka's periodic tasks (and start the scheduler when the manager owns it)."""
+        if self._started:
+            return
+        self._started = True
+        if self._owns_scheduler:
+            self.scheduler.startup()
+        c = self.config
+        delay = c.initial_task_delay_ms
+        self.scheduler.schedule("kafka-log-retention", self.cleanup_logs, delay, c.retention_check_interval_ms)
+        self.scheduler.schedule("kafka-log-flusher", self.flush_dirty_logs, delay, c.flush_check_interval_ms)
+        self.scheduler.schedule("kafka-recovery-point-checkpoint", self.checkpoint_recovery_offsets, delay,
+                                c.flush_recovery_offset_checkpoint_interval_ms)
+        self.scheduler.schedule("kafka-log-start-offset-checkpoint", self.checkpoint_log_start_offsets, delay,
+                                c.flush_start_offset_checkpoint_interval_ms)
+        self.scheduler.schedule("kafka-delete-logs", self.delete_logs, delay, c.file_delete_delay_ms)
+
+    def cleanup_logs(self) -> int:
+        """kafka-log-retention: retention for every log whose policy includes delete (compaction's own
+        retention runs in the cleaner)."""
+        total = 0
+        for tp, lg in list(self.logs.items()):
+            if lg.config.compact:
+                continue
+            try:
+                total += lg.delete_old_segments()
+            except OSError as exc:
+                self._mark_offline(self._log_dir_of[tp], exc)
+        return total
+
+    def flush_dirty_logs(self) -> None:
+        """kafka-log-flusher: fsync logs not flushed for flush.ms."""
+        now = self.clock.milliseconds()
+        for tp, lg in list(self.logs.items()):
+            if now - lg.last_flush_time >= lg.config.flush_ms:
+                try:
+                    lg.flush()
+                except OSError as exc:
+                    self._mark_offline(self._log_dir_of[tp], exc)
+
+    def checkpoint_recovery_offsets(self) -> None:
+        for d in self.dirs:
+            self._checkpoint_dir(d, log_start=False)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        for d in self.dirs:
+            self._checkpoint_dir(d, recovery=False)
+
+    def _checkpoint_dir(self, d: _DataDir, recovery: bool = True, log_start: bool = True) -> None:
+        if d.offline:
+            return
+        logs = {tp: lg for tp, lg in self.logs.items() if self._log_dir_of.get(tp) is d}
+        try:
+            if recovery:
+                d.recovery_points.write({tp: lg.recovery_point for tp, lg in logs.items()})
+            if log_start:
+                d.log_starts.write({tp: lg.log_start_offset for tp, lg in logs.items()
+                                    if lg.log_start_offset > lg.segments.peekitem(0)[0]})
+        except OSError as exc:
+            self._mark_offline(d, exc)
+
+    def delete_logs(self) -> None:
+        """kafka-delete-logs: remove `-delete` directories whose delay has passed."""
+        now = self.clock.milliseconds()
+        keep = []
+        for path, due in self.logs_to_delete:
+            if due <= now:
+                shutil.rmtree(path, ignore_errors=True)
+                log.info("Deleted log directory %s", path)
+            else:
+                keep.append((path, due))
+        self.logs_to_delete = keep
+
+    # --- failure and shutdown --------------------------------------------------------------------------
+
+    def _mark_offline(self, d: _DataDir, exc: BaseException) -> None:
+        """An I/O error takes its whole dir offline, as Kafka's log dir failure handler does: its
+        partitions answer KAFKA_STORAGE_ERROR; other dirs go on; nothing more is written there."""
+        if d.offline:
+            return
+        d.offline = True
+        log.error("Log dir %s is offline after an I/O error (%s); its partitions are unavailable until the "
+                  "disk is fixed and the broker restarted", d.path, exc)
+        for tp in [tp for tp, owner in self._log_dir_of.items() if owner is d]:
+            lg = self.logs.pop(tp)
+            self._log_dir_of.pop(tp)
+            lg.close_handlers()
+
+    def is_offline(self, topic: str, partition: int) -> bool:
+        return (topic, partition) not in self.logs and any(d.offline for d in self.dirs)
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write the checkpoints, then the clean shutdown marker in each dir."""
+        if self._owns_scheduler:
+            self.scheduler.shutdown()
+        by_dir: dict[int, list[Log]] = {}
+        for tp, lg in self.logs.items():
+            by_dir.setdefault(id(self._log_dir_of[tp]), []).append(lg)
+        workers = max(1, self.config.num_recovery_threads_per_data_dir * len(self.dirs))
+        failed: set[int] = set()
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-closing") as pool:
+            futures = [(key, pool.submit(lg.close)) for key, logs in by_dir.items() for lg in logs]
+            for key, fut in futures:
+                try:
+                    fut.result()
+                except OSError as exc:
+                    log.error("Failed to close a log cleanly: %s", exc)
+                    failed.add(key)
+        for d in self.dirs:
+            if not d.offline and id(d) not in failed:
+                self._checkpoint_dir(d)
+                write_clean_shutdown_marker(d.path, self.config.broker_epoch)
+            d.release()
+        log.info("Shut down the log manager: %d logs closed", len(self.logs))
+
+    def __enter__(self) -> LogManager:
+        self.startup()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
