@@ -508,3 +508,72 @@ def test_batches_roundtrip_every_codec(tmp_path, env):
     assert lg.number_of_segments > 3
     assert all(RecordBatch(bytes(b.buffer)).is_valid() for b in lg.batches())
     assert batch_last_offsets(lg) == [e[0] for e in expected][2::3]
+
+
+def test_g4_time_roll_with_timestamps(tmp_path, env):
+    lg = env.open(tmp_path / "topic-0", {"segment.ms": 3600})
+    env.sleep(3601)
+    lg.append_as_leader(single())
+    lg.append_as_leader(single())  # rolls: no timestamps, wall clock since creation
+    assert lg.number_of_segments == 2
+    ts = env.clock.milliseconds() + 3601
+    lg.append_as_leader(single(ts=ts))  # the newest segment's first batch had no timestamp, it is brand new
+    assert lg.number_of_segments == 2
+    env.sleep(3601)
+    lg.append_as_leader(single(ts=ts))  # wall clock applies (first batch without timestamp): roll
+    assert lg.number_of_segments == 3
+    env.sleep(3601)
+    lg.append_as_leader(single(ts=ts))  # event time now: ts - first ts = 0
+    assert lg.number_of_segments == 3
+    lg.append_as_leader(single(ts=env.clock.milliseconds()))  # event time 3601 past the first: roll
+    assert lg.number_of_segments == 4
+
+
+def test_g14_gap_after_truncated_segment(tmp_path, env):
+    lg = env.open(tmp_path / "topic-0", {"segment.bytes": 300})
+    while lg.number_of_segments < 2:
+        lg.append_as_leader(single())
+    lg.segments[0].truncate_to(1)
+    first = first_offset_read(lg, 1, 200)
+    assert first == lg.segments.keys()[1]
+
+
+def test_g20_time_index_entries(tmp_path, env):
+    lg = env.open(tmp_path / "topic-0", {"index.interval.bytes": 1})
+    now = env.clock.milliseconds()
+    for i in range(100):
+        lg.append_as_follower(single(ts=now + i, base_offset=100 + i, partition_leader_epoch=0))
+    ti = lg.active_segment.time_index
+    assert ti.entries == 99 and ti.last_entry.timestamp == now + 99
+
+
+def test_h2_truncate_to_zero_resizes_indexes(tmp_path, env):
+    lg = env.open(tmp_path / "topic-0", {"segment.bytes": 720, "index.interval.bytes": 71})
+    for i in range(1, 11):
+        lg.append_as_leader(single(ts=env.clock.milliseconds() + i))
+    env.sleep(10)
+    for i in range(1, 11):
+        lg.append_as_leader(single(ts=env.clock.milliseconds() + i))
+    assert lg.number_of_segments == 2
+    first = lg.segments[0]
+    assert first.offset_index.max_entries == 9 and first.time_index.max_entries == 9
+    lg.truncate_to(0)
+    assert lg.number_of_segments == 1
+    assert lg.active_segment.offset_index.max_entries == 10485760 // 8
+    assert lg.active_segment.time_index.max_entries == 10485760 // 12
+    for _ in range(10):
+        lg.append_as_leader(single(ts=env.clock.milliseconds()))
+    assert lg.number_of_segments == 1
+
+
+def test_i7_retention_walk_over_every_high_watermark(tmp_path, env):
+    lg = env.open(tmp_path / "topic-0", {"segment.bytes": 512, "retention.ms": 999})
+    for _ in range(100):
+        lg.append_as_leader(single(ts=env.clock.milliseconds() - 1000))
+    for hw in range(0, 101):
+        lg.update_high_watermark(hw)
+        lg.delete_old_segments()
+        bases = segment_bases(lg)
+        assert lg.log_start_offset <= bases[0] <= hw
+        assert all(b > hw for b in bases[1:])
+    assert segment_bases(lg) == [100] and lg.log_start_offset == 100

@@ -305,3 +305,50 @@ def test_sigkill_crash_loop(tmp_path, env):
         assert new_leo >= leo  # whatever was recovered before stays (the writer only appends)
         leo = new_leo
     assert leo > 0
+
+
+def test_j11_transaction_index_rebuilt_after_unclean_open(tmp_path, env):
+    from kafkalite.records import ControlRecordType, build_end_txn_marker
+    from kafkalite.storage.producer_state import AppendOrigin
+    from kafkalite.storage.txn_index import AbortedTxn
+
+    d = tmp_path / "topic-0"
+    props = {"segment.bytes": 640}
+    lg = env.open(d, props)
+    seqs: dict[int, int] = {}
+
+    def txn(pid: int, n: int) -> None:
+        seq = seqs.get(pid, 0)
+        seqs[pid] = seq + n
+        lg.append_as_leader(build_batch([SimpleRecord(None, b"x", T0)] * n, producer_id=pid, producer_epoch=0,
+                                        base_sequence=seq, is_transactional=True))
+
+    def plain(n: int) -> None:
+        lg.append_as_leader(build_batch([SimpleRecord(None, b"y", T0)] * n))
+
+    def end(pid: int, kind: ControlRecordType) -> None:
+        lg.append_as_leader(build_end_txn_marker(kind, pid, 0, timestamp=T0), origin=AppendOrigin.COORDINATOR)
+
+    txn(1, 5); plain(3); txn(2, 2); txn(1, 4); txn(3, 3); plain(2)  # noqa: E702
+    txn(1, 10); end(1, ControlRecordType.ABORT); txn(2, 6); txn(4, 3); plain(10); txn(3, 9)  # noqa: E702
+    end(3, ControlRecordType.COMMIT); txn(4, 8); txn(2, 7); end(2, ControlRecordType.ABORT); plain(10)  # noqa: E702
+    txn(4, 4); end(4, ControlRecordType.COMMIT)  # noqa: E702
+    assert lg.log_end_offset == 90
+
+    def aborted(the_log) -> list[AbortedTxn]:
+        return [t for s in the_log.segments.values() for t in s.txn_index.all_aborted()]
+
+    expected = [AbortedTxn(1, 0, 29, 8), AbortedTxn(2, 8, 74, 36)]
+    assert aborted(lg) == expected
+    lg.close()
+    for p in d.iterdir():
+        if p.name.endswith((".index", ".txnindex")):
+            p.unlink()
+    lg = env.open(d, props)
+    assert aborted(lg) == expected
+    lg.close()
+    for p in d.iterdir():
+        if p.name.endswith((".index", ".txnindex", ".snapshot")):
+            p.unlink()
+    lg = env.open(d, props)
+    assert aborted(lg) == expected
