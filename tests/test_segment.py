@@ -9,7 +9,7 @@ import pytest
 
 from kafkalite.clock import MockClock
 from kafkalite.errors import LogSegmentOffsetOverflowError
-from kafkalite.records import RecordBatch, iter_batches
+from kafkalite.records import RecordBatch, build_batch, iter_batches
 from kafkalite.storage import names
 from kafkalite.storage.segment import LONG_MAX, LogSegment, RollParams
 from tests.conftest import T0
@@ -286,3 +286,22 @@ def test_f15_recover_assigns_leader_epochs(tmp_path):
     cache = LeaderEpochCache()
     s.recover(epoch_cache=cache)
     assert cache.epoch_entries() == [EpochEntry(0, 104), EpochEntry(1, 106), EpochEntry(2, 110)]
+
+
+def test_f17_append_from_file_splits_by_offset_range(tmp_path):
+    from kafkalite.storage.file_records import FileRecords
+
+    src = FileRecords(tmp_path / "source.log")
+    big = build_batch([(None, b"x" * (1024 * 1024 + 1), -1)], base_offset=500)
+    for buf in (build_batch([(None, b"k" * 1024, -1)], base_offset=0), big,
+                build_batch([(None, b"z", -1)], base_offset=2**31 - 1 + 5)):
+        src.append(buf)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    seg0 = LogSegment.open(tmp_path / "a", 0)
+    copied = seg0.append_from_file(src, 0)
+    assert copied == seg0.size and [b.base_offset for _, b in seg0.log.batches()] == [0, 500]
+    seg1 = LogSegment.open(tmp_path / "b", 2**31 - 1)
+    assert seg1.append_from_file(src, copied) == seg1.size
+    assert [b.base_offset for _, b in seg1.log.batches()] == [2**31 - 1 + 5]
+    assert seg0.append_from_file(src, copied) == 0

@@ -279,6 +279,21 @@ class LogSegment:
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += n
 
+    def append_from_file(self, source: FileRecords, start: int) -> int:
+        """Copy the batches of `source` from byte `start` that fit this segment's offset range.
+
+        This is how a segment whose offsets overflow its base is split (Kafka's appendFromFile):
+        batches are appended one at a time, so the copy is indexed exactly as live appends are.
+        Returns the bytes copied; 0 when the first batch does not fit.
+        """
+        copied = 0
+        for h in source.batch_headers(start):
+            if not self.can_convert_to_relative_offset(h.last_offset):
+                break
+            self.append(h.last_offset, h.max_timestamp, h.last_offset, source.read(h.position, h.size))
+            copied += h.size
+        return copied
+
     # --- read --------------------------------------------------------------------------------------
 
     def translate_offset(self, offset: int, starting_file_position: int = 0) -> LogOffsetPosition | None:
