@@ -30,15 +30,24 @@ def prefault(nbytes: int = int(1.25 * GiB)) -> None:
     del a
 
 
-def timed(fn: Callable[[], int]) -> float:
-    """Run fn (which returns bytes processed) after a prefault; returns bytes per second."""
+def timed(fn: Callable[[], int | tuple[int, float]]) -> float:
+    """Run fn after a prefault; returns bytes per second.
+
+    fn returns the bytes processed, or (bytes, seconds) when it times only its own work and keeps
+    set-up and clean-up (creating or deleting files) out of the measurement.
+    """
     prefault()
     t0 = time.perf_counter()
-    n = fn()
-    return n / (time.perf_counter() - t0)
+    result = fn()
+    elapsed = time.perf_counter() - t0
+    if isinstance(result, tuple):
+        return result[0] / result[1]
+    return result / elapsed
 
 
-def median_rates(fns: dict[str, Callable[[], int]], repeats: int = REPEATS, progress=None) -> dict[str, float]:
+def median_rates(
+    fns: dict[str, Callable[[], int | tuple[int, float]]], repeats: int = REPEATS, progress=None
+) -> dict[str, float]:
     """Interleave the functions `repeats` times; median rate of each."""
     rates: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
@@ -60,15 +69,17 @@ def raw_write_16k(path: Path, total: int = DATA_BYTES) -> Callable[[], int]:
     """W16K: sequential 16 KiB os.write to a new file, no fsync."""
     block = os.urandom(16 * KiB)
 
-    def run() -> int:
+    def run() -> tuple[int, float]:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        t0 = time.perf_counter()
         try:
             for _ in range(total // len(block)):
                 os.write(fd, block)
         finally:
             os.close(fd)
+            elapsed = time.perf_counter() - t0
         os.unlink(path)
-        return total
+        return total, elapsed
 
     return run
 

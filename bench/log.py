@@ -38,10 +38,12 @@ def _append_log(directory, total: int) -> int:
 def bench_log_append(results: dict) -> None:
     d = scratch_dir()
     try:
-        def sut() -> int:
+        def sut() -> tuple[int, float]:
+            t0 = time.perf_counter()
             n = _append_log(d / "bench-0", DATA_BYTES)
+            elapsed = time.perf_counter() - t0
             shutil.rmtree(d / "bench-0")
-            return n
+            return n, elapsed
 
         with tqdm(total=10, desc="Log append vs W16K", leave=False) as bar:
             rates = median_rates({"W16K": raw_write_16k(d / "raw"), "log append": sut}, progress=bar)
