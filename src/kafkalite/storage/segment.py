@@ -402,6 +402,7 @@ class LogSegment:
         previous_last = -1
         base = self.base_offset
         interval = self.index_interval_bytes
+        latest_epoch = epoch_cache.latest_epoch if epoch_cache is not None else None
         index_offsets: list[int] = []
         index_positions: list[int] = []
         time_stamps: list[int] = []
@@ -425,10 +426,9 @@ class LogSegment:
                         time_offsets.append(offset_of_max)
                     last_index_entry = valid_bytes
                 valid_bytes += size
-                if epoch_cache is not None and epoch >= 0:
-                    latest = epoch_cache.latest_epoch
-                    if latest is None or epoch > latest:
-                        epoch_cache.assign(epoch, b_base)
+                if epoch_cache is not None and epoch >= 0 and (latest_epoch is None or epoch > latest_epoch):
+                    epoch_cache.assign(epoch, b_base)
+                    latest_epoch = epoch_cache.latest_epoch
                 if producer_state is not None and (header[9] >= 0 or header[5] & CONTROL_FLAG_MASK):
                     self._recover_producer_state(producer_state, pos, size, header)
         except (CorruptRecordError, InvalidRecordError) as exc:
@@ -436,6 +436,10 @@ class LogSegment:
                         self.log.path, valid_bytes, exc)
         offset_index.append_many(index_offsets, index_positions)
         time_index.append_many(time_stamps, time_offsets)
+        if producer_state is not None and previous_last >= 0:
+            # Kafka moves the map end offset past every recovered batch, not only those with a producer
+            # id; without it the loader would replay the whole segment's headers a second time.
+            producer_state.update_map_end_offset(previous_last + 1)
         truncated = self.log.size - valid_bytes
         if truncated > 0:
             log.warning("Truncated %d invalid bytes at the end of segment %s", truncated, self.log.path)
