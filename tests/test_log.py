@@ -577,3 +577,20 @@ def test_i7_retention_walk_over_every_high_watermark(tmp_path, env):
         assert lg.log_start_offset <= bases[0] <= hw
         assert all(b > hw for b in bases[1:])
     assert segment_bases(lg) == [100] and lg.log_start_offset == 100
+
+
+def test_plain_append_fast_path_matches_general_path(tmp_path, env):
+    """The produce hot path must write exactly what the general path writes, and answer the same."""
+    fast = env.open(tmp_path / "fast-0", {"segment.bytes": 2000})
+    general = env.open(tmp_path / "slow-0", {"segment.bytes": 2000, "message.timestamp.before.max.ms": 10**15})
+    assert not fast._record_rules and general._record_rules
+    for i in range(60):
+        buf = build_batch([SimpleRecord(b"k%d" % j, b"v" * (i % 40), T0 + i) for j in range(1 + i % 4)])
+        a = fast.append_as_leader(bytearray(buf), leader_epoch=i // 20)
+        b = general.append_as_leader(bytearray(buf), leader_epoch=i // 20)
+        assert (a.first_offset, a.last_offset, a.max_timestamp, a.records_count, a.valid_bytes) == \
+            (b.first_offset, b.last_offset, b.max_timestamp, b.records_count, b.valid_bytes)
+    assert segment_bases(fast) == segment_bases(general)
+    for base in segment_bases(fast):
+        assert fast.segments[base].log.read(0, 10**6) == general.segments[base].log.read(0, 10**6)
+    assert fast.leader_epoch_cache.epoch_entries() == general.leader_epoch_cache.epoch_entries()

@@ -17,11 +17,13 @@ import logging
 import os
 import random
 import shutil
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from crc32c import crc32c
 from sortedcontainers import SortedDict
 
 from kafkalite.clock import SYSTEM_CLOCK, Clock
@@ -38,9 +40,15 @@ from kafkalite.errors import (
     UnexpectedAppendOffsetError,
 )
 from kafkalite.records.batch import (
+    ATTRIBUTES_OFFSET,
     COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    DELETE_HORIZON_FLAG_MASK,
+    HEADER,
     LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
     RecordBatch,
     TimestampType,
     compute_crc,
@@ -57,6 +65,11 @@ from kafkalite.storage.producer_state import AppendOrigin, ProducerStateManager
 from kafkalite.storage.segment import LogSegment, RollParams
 
 log = logging.getLogger("kafkalite.log")
+
+# attribute bits that take a batch off the plain append path
+_NOT_PLAIN = (COMPRESSION_CODEC_MASK | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK
+              | DELETE_HORIZON_FLAG_MASK)
+_OFFSET_AND_LENGTH = struct.Struct(">qii")  # base offset, length, partition leader epoch
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -288,7 +301,47 @@ class Log:
         origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
         """Validate, assign offsets from the LEO in place, stamp the leader epoch, and append."""
+        if origin is AppendOrigin.CLIENT and not self._record_rules:
+            info = self._append_plain_batch(records, leader_epoch)
+            if info is not None:
+                return info
         return self._append(records, origin, leader_epoch, as_leader=True)
+
+    def _append_plain_batch(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> LogAppendInfo | None:
+        """The produce hot path: one uncompressed CreateTime batch without producer id or flags.
+
+        It does exactly what the general path does for such a batch, with the header unpacked once
+        and no intermediate objects. Anything else, including every batch the general path would
+        refuse, returns None and goes the general way (which raises the right error).
+        """
+        n = len(records)
+        if n < RECORD_BATCH_OVERHEAD:
+            return None
+        (base, length, _epoch, magic, crc, attrs, lod, _bts, max_ts, pid, _pe, _bs, count) = HEADER.unpack_from(records)
+        cfg = self.config
+        if (length + LOG_OVERHEAD != n or magic != 2 or base != 0 or pid >= 0 or attrs & _NOT_PLAIN
+                or count <= 0 or count != lod + 1 or n > cfg.max_message_bytes or n > cfg.segment_bytes
+                or cfg.message_timestamp_type != "CreateTime"):
+            return None
+        buf = records if isinstance(records, bytearray) else bytearray(records)
+        if crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]) != crc:
+            return None
+        with self._lock:
+            self._check_open()
+            first = self._leo.message_offset
+            last = first + lod
+            _OFFSET_AND_LENGTH.pack_into(buf, 0, first, length, leader_epoch)
+            segment = self._maybe_roll(n, first, last, max_ts)
+            segment.append(last, max_ts, last, buf)
+            cache = self.leader_epoch_cache
+            if leader_epoch >= 0 and leader_epoch != cache.latest_epoch:
+                cache.assign(leader_epoch, first)
+            self._update_log_end_offset(last + 1, segment)
+            self.producer_state.update_map_end_offset(last + 1)
+            if last + 1 - self.recovery_point >= cfg.flush_messages:
+                self._flush_up_to(last + 1)
+            return LogAppendInfo(first, last, max_ts, last, -1, self.log_start_offset, count, n, 1,
+                                 last_leader_epoch=leader_epoch)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches with the offsets and epochs the leader gave them."""
@@ -426,7 +479,7 @@ class Log:
                     f"exceeds the maximum configured segment size of {self.config.segment_bytes}")
             pending = [self.producer_state.prepare_append(b, origin) for b in a.batches
                        if b.has_producer_id]
-            segment = self._maybe_roll(a.valid_bytes, a)
+            segment = self._maybe_roll(a.valid_bytes, a.first_offset, a.last_offset, a.max_timestamp)
             data = memoryview(buf)[: a.valid_bytes]
             segment.append(a.last_offset, a.max_timestamp, a.shallow_offset_of_max_timestamp, data)
             cache = self.leader_epoch_cache
@@ -469,14 +522,14 @@ class Log:
 
     # --- roll ---------------------------------------------------------------------------------------
 
-    def _maybe_roll(self, messages_size: int, a: _Analysis) -> LogSegment:
+    def _maybe_roll(self, messages_size: int, first_offset: int, last_offset: int, max_timestamp: int) -> LogSegment:
         segment = self.active_segment
-        params = RollParams(self.config.max_segment_ms, self.config.segment_bytes, a.max_timestamp, a.last_offset,
+        params = RollParams(self.config.max_segment_ms, self.config.segment_bytes, max_timestamp, last_offset,
                             messages_size, self.clock.milliseconds())
         if segment.should_roll(params):
             log.debug("%s: rolling new segment at offset %d (segment size %d, append %d bytes)", self.dir.name,
-                      a.first_offset, segment.size, messages_size)
-            return self.roll(a.first_offset)
+                      first_offset, segment.size, messages_size)
+            return self.roll(first_offset)
         return segment
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
