@@ -84,6 +84,24 @@ class ManagerConfig:
         return cls(**values)
 
 
+def raise_open_file_limit() -> int:
+    """Every segment keeps its `.log` open (as in Kafka), so thousands of partitions need thousands of
+    descriptors: lift the soft limit to the hard one, as Kafka's operations guide asks of operators."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            log.info("Raised the open file limit from %d to %d", soft, target)
+            return target
+        except (ValueError, OSError) as exc:
+            log.warning("Could not raise the open file limit from %d (%s); many partitions may fail to open",
+                        soft, exc)
+    return soft
+
+
 class _DataDir:
     """One entry of log.dirs, held open under an exclusive lock."""
 
@@ -146,6 +164,7 @@ class LogManager:
         self._log_dir_of: dict[TopicPartition, _DataDir] = {}
         self.logs_to_delete: list[tuple[Path, int]] = []  # (dir renamed -delete, when it may be removed)
         self.dirs: list[_DataDir] = []
+        raise_open_file_limit()
         try:
             for d in dirs:
                 self.dirs.append(_DataDir(Path(d).resolve(), self.config))
