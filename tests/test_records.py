@@ -366,3 +366,30 @@ def test_corrupt_compressed_payload_is_corrupt_record():
         buf[70:80] = b"\xee" * 10
         with pytest.raises((CorruptRecordError, InvalidRecordError)):
             RecordBatch(buf).records()
+
+
+def test_foreign_compression_framings_decode():
+    """Framings other writers produce: zstd without content size or concatenated, LZ4 with linked blocks,
+    content size or 4 MiB blocks (librdkafka, Java, Go clients), multi-member gzip."""
+    import gzip
+    import os as _os
+
+    import lz4.frame
+    import zstandard
+
+    from kafkalite.records.compression import decompress
+
+    data = _os.urandom(50_000) + b"abc" * 100_000
+    streaming = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    frames = {
+        CompressionType.ZSTD: [streaming.compress(data) + streaming.flush(),
+                               zstandard.ZstdCompressor().compress(data[:1000])
+                               + zstandard.ZstdCompressor().compress(data[1000:])],
+        CompressionType.LZ4: [lz4.frame.compress(data, block_linked=True),
+                              lz4.frame.compress(data, content_checksum=True, store_size=True),
+                              lz4.frame.compress(data, block_size=lz4.frame.BLOCKSIZE_MAX4MB)],
+        CompressionType.GZIP: [gzip.compress(data[:1000]) + gzip.compress(data[1000:])],
+    }
+    for codec, payloads in frames.items():
+        for payload in payloads:
+            assert decompress(codec, payload) == data, codec
