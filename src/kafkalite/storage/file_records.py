@@ -258,16 +258,24 @@ class FileRecords:
     def validated_headers(self, start: int = 0) -> Iterator[tuple[int, int, tuple]]:
         """(position, size, header fields) of each batch that frames, is v2 and passes its CRC32C.
 
-        The recovery scan. Raises CorruptRecordError at the first bad batch, after yielding every
-        good one before it. The copy out of the page cache is one `preadv` per window, which drops
-        the GIL, so a helper thread reads the next windows while this thread walks headers and
-        checksums the current one: the scan costs about max(read, CRC) instead of their sum.
+        Raises CorruptRecordError at the first bad batch, after yielding every good one before it.
+        """
+        for chunk in self.validated_windows(start):
+            yield from chunk
+
+    def validated_windows(self, start: int = 0) -> Iterator[list[tuple[int, int, tuple]]]:
+        """The recovery scan: lists of (position, size, header fields) of valid batches, one list per window.
+
+        The copy out of the page cache is one `preadv` per window, which drops the GIL, so a helper
+        thread reads the next windows while this thread walks headers and checksums the current one
+        (the CRC call drops the GIL too): the scan costs about max(read, CRC) instead of their sum.
+        A whole window's batches come back as one list to keep per-batch Python work minimal. At the
+        first bad batch the good ones before it are yielded, then CorruptRecordError is raised.
         """
         end = self._size
         fd = self._fd
         window = _VALIDATE_CHUNK
-        buffers = [bytearray(window) for _ in range(3)]
-        views = [memoryview(b) for b in buffers]
+        views = [memoryview(bytearray(window)) for _ in range(3)]
         executor = _crc_executor()
 
         def read_window(k: int) -> int:
@@ -278,42 +286,59 @@ class FileRecords:
         pos = start
         k = 0
         unpack = HEADER.unpack_from
-        prefix = PREFIX.unpack_from
+        failure: CorruptRecordError | None = None
         try:
-            while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
+            while failure is None and end - pos >= HEADER_SIZE_UP_TO_MAGIC:
                 win_start = start + k * window
                 got = futures.pop(k).result()
                 futures[k + 2] = executor.submit(read_window, k + 2)
                 k += 1
                 if pos >= win_start + got:
                     continue  # this window was covered by a batch read on its own
-                view = views[(k - 1) % 3][:got]
+                view = views[(k - 1) % 3]
                 off = pos - win_start
+                found: list[tuple[int, int, tuple]] = []
                 while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
-                    _, length = prefix(view, off) if off + LOG_OVERHEAD <= got else prefix(self._pread_exact(pos, 12))
-                    size = length + LOG_OVERHEAD
-                    if length < MIN_BATCH_LENGTH or size < RECORD_BATCH_OVERHEAD:
-                        raise CorruptRecordError(f"record batch size {size} at byte {pos} of {self._path} "
-                                                 f"is below the minimum {RECORD_BATCH_OVERHEAD}")
+                    if off + RECORD_BATCH_OVERHEAD <= got:
+                        header = unpack(view, off)
+                        source, at = view, off
+                    else:  # the header straddles the window: read the batch on its own
+                        head = self._pread_exact(pos, min(RECORD_BATCH_OVERHEAD, end - pos))
+                        if len(head) < RECORD_BATCH_OVERHEAD:
+                            failure = CorruptRecordError(f"{end - pos} trailing bytes at byte {pos} of {self._path}")
+                            break
+                        header = unpack(head)
+                        source, at = None, 0
+                    size = header[1] + LOG_OVERHEAD
+                    if size < RECORD_BATCH_OVERHEAD:
+                        failure = CorruptRecordError(f"record batch size {size} at byte {pos} of {self._path} "
+                                                     f"is below the minimum {RECORD_BATCH_OVERHEAD}")
+                        break
                     if pos + size > end:
-                        raise CorruptRecordError(f"{end - pos} bytes at byte {pos} of {self._path} "
-                                                 "do not form a complete record batch")
-                    # a batch straddling the window is read on its own; the scan then goes on in the next window
-                    batch = view[off : off + size] if off + size <= got else memoryview(self._pread_exact(pos, size))
-                    header = unpack(batch)
+                        failure = CorruptRecordError(f"{end - pos} bytes at byte {pos} of {self._path} "
+                                                     "do not form a complete record batch")
+                        break
                     if header[3] != MAGIC_V2:
-                        raise CorruptRecordError(f"unsupported magic {header[3]} at byte {pos} of {self._path}")
-                    crc = crc32c(batch[21:], 0, 1)  # release the GIL so the reader thread can run
+                        failure = CorruptRecordError(f"unsupported magic {header[3]} at byte {pos} of {self._path}")
+                        break
+                    if source is None or off + size > got:
+                        source, at = memoryview(self._pread_exact(pos, size)), 0
+                    crc = crc32c(source[at + 21 : at + size], 0, 1)
                     if crc != header[4]:
-                        raise CorruptRecordError(f"record batch at byte {pos} of {self._path} fails its CRC32C "
-                                                 f"check (stored {header[4]}, computed {crc})")
-                    yield pos, size, header
+                        failure = CorruptRecordError(f"record batch at byte {pos} of {self._path} fails its CRC32C "
+                                                     f"check (stored {header[4]}, computed {crc})")
+                        break
+                    found.append((pos, size, header))
                     pos += size
                     off += size
                     if off >= got:
                         break
-            if pos != end:
-                raise CorruptRecordError(f"{end - pos} trailing bytes at byte {pos} of {self._path}")
+                if found:
+                    yield found
+            if failure is None and pos != end:
+                failure = CorruptRecordError(f"{end - pos} trailing bytes at byte {pos} of {self._path}")
+            if failure is not None:
+                raise failure
         finally:
             for fut in futures.values():
                 fut.result()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from itertools import chain
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -408,7 +409,7 @@ class LogSegment:
         time_stamps: list[int] = []
         time_offsets: list[int] = []
         try:
-            for pos, size, header in self.log.validated_headers(0):
+            for pos, size, header in chain.from_iterable(self.log.validated_windows(0)):
                 b_base, epoch, lod, b_max_ts = header[0], header[2], header[6], header[8]
                 last_offset = b_base + lod
                 if not (0 <= last_offset - base <= MAX_RELATIVE_OFFSET and b_base >= base and lod >= 0):
