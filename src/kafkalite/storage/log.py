@@ -62,7 +62,7 @@ from kafkalite.storage.leader_epoch import LeaderEpochCache
 from kafkalite.storage.log_config import LogConfig
 from kafkalite.storage.metadata import FetchDataInfo, LogOffsetMetadata
 from kafkalite.storage.producer_state import AppendOrigin, ProducerStateManager
-from kafkalite.storage.segment import LogSegment, RollParams
+from kafkalite.storage.segment import LogSegment
 
 log = logging.getLogger("kafkalite.log")
 
@@ -166,6 +166,7 @@ class Log:
     def update_config(self, config: LogConfig) -> None:
         """Apply new topic configs (IncrementalAlterConfigs); new segments and appends use them."""
         self.config = config
+        self._max_segment_ms = config.max_segment_ms
         # whether any rule needs the records of an uncompressed batch opened (keys, timestamp bounds)
         self._record_rules = config.compact or (config.message_timestamp_type == "CreateTime" and (
             config.message_timestamp_before_max_ms < (1 << 63) - 1
@@ -524,9 +525,8 @@ class Log:
 
     def _maybe_roll(self, messages_size: int, first_offset: int, last_offset: int, max_timestamp: int) -> LogSegment:
         segment = self.active_segment
-        params = RollParams(self.config.max_segment_ms, self.config.segment_bytes, max_timestamp, last_offset,
-                            messages_size, self.clock.milliseconds())
-        if segment.should_roll(params):
+        if segment.roll_needed(self._max_segment_ms, self.config.segment_bytes, max_timestamp, last_offset,
+                               messages_size, self.clock.milliseconds()):
             log.debug("%s: rolling new segment at offset %d (segment size %d, append %d bytes)", self.dir.name,
                       first_offset, segment.size, messages_size)
             return self.roll(first_offset)

@@ -359,15 +359,22 @@ class LogSegment:
         return now - self.created_ms
 
     def should_roll(self, p: RollParams) -> bool:
-        reached_roll_ms = self.time_waited_for_roll(p.now, p.max_timestamp_in_messages) > (
-            p.max_segment_ms - self.roll_jitter_ms
-        )
+        return self.roll_needed(*p)
+
+    def roll_needed(self, max_segment_ms: int, max_segment_bytes: int, max_timestamp_in_messages: int,
+                    max_offset_in_messages: int, messages_size: int, now: int) -> bool:
+        """Kafka's shouldRoll: size, time since the first batch (minus jitter), a full index, or an
+        offset that no longer fits relative to the base. Called on every append, so plain arguments."""
+        size = self.log.size
+        if size > max_segment_bytes - messages_size:
+            return True
+        if size > 0 and self.time_waited_for_roll(now, max_timestamp_in_messages) > (
+                max_segment_ms - self.roll_jitter_ms):
+            return True
         return (
-            self.size > p.max_segment_bytes - p.messages_size
-            or (self.size > 0 and reached_roll_ms)
-            or self.offset_index.is_full()
+            self.offset_index.is_full()
             or self.time_index.is_full()
-            or not self.can_convert_to_relative_offset(p.max_offset_in_messages)
+            or not 0 <= max_offset_in_messages - self.base_offset <= MAX_RELATIVE_OFFSET
         )
 
     def on_become_inactive_segment(self) -> None:
