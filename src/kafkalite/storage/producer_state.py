@@ -1,12 +1,35 @@
-"""Producer state (Kafka's ProducerStateManager): idempotence, transactions, and `.snapshot` files.
+"""Producer state (Kafka's ProducerStateManager): idempotence, transactions and `.snapshot` files.
 
-Per producer id the log remembers the epoch, the metadata of the last five batches (so a client's
-retry of any of them is answered with the original offsets instead of being written twice), the
-coordinator epoch and the first offset of an open transaction. Snapshots of that state are taken
-at every roll and at shutdown, so a restart replays only the log after the newest snapshot.
+For every producer id the log remembers the epoch, the metadata of the last five batches, the
+coordinator epoch and the first offset of an open transaction. The five batches let the log answer
+a client's retry of any of them with the original offsets instead of writing the records twice
+(a producer has at most five requests in flight). The open transactions give the first unstable
+offset, which caps what `read_committed` consumers may see.
 
-Appends are two-phase so that a rejected batch is never written: `prepare_append` checks the batch
-against the state without changing it, `complete_append` records it once it is in the log.
+Appends are two-phase so that a rejected batch is never written:
+
+* `find_duplicate` (client retries only) is asked first; a hit is answered without appending;
+* `prepare_append` checks the batch against the state and changes nothing, raising Kafka's error;
+* `complete_append` records the batch with the offsets it was really written at, once it is in
+  the log. An end marker returns the `CompletedTxn` the log needs for its transaction index.
+
+Snapshots of the state (`<map end offset>.snapshot`) are taken at every roll, after recovering a
+segment and at shutdown, so a restart replays only the log after the newest snapshot. Only the
+last batch of each producer is persisted, exactly as Kafka does, so after a restart only a retry
+of that last batch is recognised as a duplicate.
+
+Deliberate simplifications (see also docs/design.md):
+
+* A transaction stops counting as unstable at its end marker. Kafka also keeps completed
+  transactions whose marker is not yet below the high watermark, which needs the log to report
+  every high-watermark move; with a single replica the high watermark reaches the marker with the
+  append, so the two agree there.
+* Each batch of a multi-batch append is validated against the state before the append, not the
+  state the earlier batches of the same append will leave. Only client appends are checked for
+  sequences, and those carry exactly one batch, so this only matters for a follower batch that is
+  non-transactional right after a transactional one of the same producer, which no producer sends.
+* A non-transactional batch inside an open transaction is tolerated with a warning during
+  recovery (Kafka would fail the log load): the data is already on disk and was accepted once.
 """
 
 from __future__ import annotations
@@ -14,6 +37,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,11 +48,14 @@ from kafkalite.errors import (
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
-from kafkalite.records.batch import RecordBatch
-from kafkalite.records.control import ControlRecordType, end_txn_marker_of
-from kafkalite.records.record import MAX_SEQUENCE, increment_sequence
+from kafkalite.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, RecordBatch
+from kafkalite.records.control import ControlRecordType, EndTransactionMarker, end_txn_marker_of
+from kafkalite.records.record import MAX_SEQUENCE, decrement_sequence
 from kafkalite.storage import names
 from kafkalite.storage.producer_snapshot import (
+    NO_COORDINATOR_EPOCH,
+    NO_OFFSET,
+    NO_TIMESTAMP,
     CorruptSnapshotError,
     ProducerSnapshotEntry,
     list_snapshots,
@@ -39,9 +66,19 @@ from kafkalite.storage.producer_snapshot import (
 log = logging.getLogger("kafkalite.producer")
 
 NUM_BATCHES_TO_RETAIN = 5
+"""Kafka's max.in.flight.requests.per.connection limit for idempotence: a retry can only be one of these."""
+
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 
 
 class AppendOrigin(enum.Enum):
+    """Who wrote a batch; it decides which checks apply.
+
+    Clients get every check. The transaction coordinator writes end markers and is fenced by epochs
+    but sends no sequences. Replication copies what a leader already validated, so a follower only
+    warns where a leader would refuse (it must not diverge from its leader).
+    """
+
     CLIENT = "client"
     REPLICATION = "replication"
     COORDINATOR = "coordinator"
@@ -49,187 +86,382 @@ class AppendOrigin(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class BatchMetadata:
+    """What a batch leaves behind for duplicate detection: its sequence range and where it was written."""
+
     last_seq: int
     last_offset: int
-    offset_delta: int
+    offset_delta: int  # last_offset - first offset, which is also last_seq - first_seq (modulo wrap)
     timestamp: int
 
     @property
     def first_seq(self) -> int:
-        return increment_sequence(self.last_seq, -self.offset_delta) if self.last_seq >= 0 else -1
+        if self.last_seq == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return decrement_sequence(self.last_seq, self.offset_delta)
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
 
 
 @dataclass(slots=True)
 class ProducerStateEntry:
+    """Everything the log knows about one producer id."""
+
     producer_id: int
-    producer_epoch: int = -1
-    batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
-    coordinator_epoch: int = -1
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    coordinator_epoch: int = NO_COORDINATOR_EPOCH
     current_txn_first_offset: int | None = None
-    last_timestamp: int = -1
+    last_timestamp: int = NO_TIMESTAMP
+
+    @property
+    def is_empty(self) -> bool:
+        """No batch metadata: the producer was only seen through a marker, or its epoch just changed."""
+        return not self.batches
+
+    @property
+    def first_seq(self) -> int:
+        return self.batches[0].first_seq if self.batches else NO_SEQUENCE
 
     @property
     def last_seq(self) -> int:
-        return self.batches[-1].last_seq if self.batches else -1
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
 
     @property
-    def last_offset(self) -> int:
-        return self.batches[-1].last_offset if self.batches else -1
+    def last_data_offset(self) -> int:
+        """The last offset of the producer's last data batch (the cleaner keeps that batch)."""
+        return self.batches[-1].last_offset if self.batches else NO_OFFSET
+
+    @property
+    def last_offset_delta(self) -> int:
+        return self.batches[-1].offset_delta if self.batches else 0
+
+    def batch_with_sequence_range(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        for meta in self.batches:
+            if meta.first_seq == first_seq and meta.last_seq == last_seq:
+                return meta
+        return None
+
+    def update_epoch(self, epoch: int) -> None:
+        """Sequences are per epoch: the batches of an older epoch can no longer be retried."""
+        if epoch != self.producer_epoch:
+            self.batches.clear()
+            self.producer_epoch = epoch
 
 
 @dataclass(frozen=True, slots=True)
 class CompletedTxn:
+    """A transaction closed by an end marker: the log indexes it if it was aborted."""
+
     producer_id: int
     first_offset: int
-    last_offset: int
+    last_offset: int  # the marker's offset
     is_aborted: bool
+
+
+class AppendKind(enum.Enum):
+    """What `complete_append` has to do with a prepared batch."""
+
+    NOOP = 0  # no producer id, or a control batch that is not an end marker (e.g. emptied by the cleaner)
+    DATA = 1
+    MARKER = 2
 
 
 @dataclass(slots=True)
 class PendingAppend:
-    """A validated batch waiting to be recorded; `marker` is set for COMMIT/ABORT control batches."""
+    """A validated batch, waiting for `complete_append` once it is in the log."""
 
     batch: RecordBatch
     origin: AppendOrigin
-    marker: ControlRecordType | None = None
-    coordinator_epoch: int = -1
+    kind: AppendKind
+    marker: EndTransactionMarker | None = None
+
+    @property
+    def is_noop(self) -> bool:
+        return self.kind is AppendKind.NOOP
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    """Sequences wrap from 2^31-1 to 0; with no previous sequence (-1) only 0 follows."""
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == MAX_SEQUENCE)
 
 
 class ProducerStateManager:
-    def __init__(self, log_dir: Path | str, *, producer_id_expiration_ms: int = 86_400_000,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+    """Producer state of one partition log, and the `.snapshot` files in its directory."""
+
+    def __init__(
+        self,
+        log_dir: Path | str,
+        *,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.log_dir = Path(log_dir)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.clock = clock
-        self.producers: dict[int, ProducerStateEntry] = {}
-        self.ongoing_txns: dict[int, int] = {}  # first offset -> producer id
-        self.map_end_offset = 0
-        self._snapshots = {o: p for o, p in list_snapshots(self.log_dir)}
+        self._producers: dict[int, ProducerStateEntry] = {}
+        self._ongoing_txns: dict[int, int] = {}  # first offset -> producer id
+        self._snapshots: dict[int, Path] = dict(list_snapshots(self.log_dir))
+        self._map_end_offset = 0
 
-    # --- queries ------------------------------------------------------------------------------------
+    # --- state -----------------------------------------------------------------------------------
+
+    @property
+    def map_end_offset(self) -> int:
+        """The offset up to which (exclusive) the state reflects the log."""
+        return self._map_end_offset
+
+    def update_map_end_offset(self, offset: int) -> None:
+        """Set, not raise: loading moves it back to a snapshot's offset before replaying forward."""
+        self._map_end_offset = offset
 
     @property
     def active_producers(self) -> dict[int, ProducerStateEntry]:
-        return self.producers
+        """A copy of the producer map (the entries themselves are live)."""
+        return dict(self._producers)
 
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
-        return self.producers.get(producer_id)
+        return self._producers.get(producer_id)
 
     def is_empty(self) -> bool:
-        return not self.producers
+        return not self._producers and not self._ongoing_txns
 
     def first_unstable_offset(self) -> int | None:
-        """The first offset of the oldest open transaction (Kafka also holds completed transactions
-        until their marker is below the high watermark; we release them at the marker)."""
-        return min(self.ongoing_txns) if self.ongoing_txns else None
+        """The first offset of the oldest open transaction, or None.
 
-    def find_duplicate(self, batch: RecordBatch) -> BatchMetadata | None:
-        """A client retry of one of the producer's last five batches, with the offsets it got."""
-        entry = self.producers.get(batch.producer_id)
-        if entry is None or entry.producer_epoch != batch.producer_epoch:
-            return None
-        for meta in entry.batches:
-            if meta.first_seq == batch.base_sequence and meta.last_seq == batch.last_sequence:
-                return meta
-        return None
-
-    # --- append ---------------------------------------------------------------------------------------
-
-    def prepare_append(self, batch: RecordBatch, origin: AppendOrigin) -> PendingAppend:
-        """Check a batch against the producer's state without changing it."""
-        pid = batch.producer_id
-        entry = self.producers.get(pid)
-        pending = PendingAppend(batch, origin)
-        if batch.is_control:
-            marker = end_txn_marker_of(batch)
-            if marker is None:
-                return pending
-            if entry is not None and origin != AppendOrigin.REPLICATION:
-                if batch.producer_epoch < entry.producer_epoch:
-                    raise InvalidProducerEpochError(
-                        f"epoch of producer {pid} is {batch.producer_epoch}, smaller than the last seen "
-                        f"epoch {entry.producer_epoch}")
-                if marker.coordinator_epoch < entry.coordinator_epoch:
-                    raise TransactionCoordinatorFencedError(
-                        f"invalid coordinator epoch for producer {pid}: {marker.coordinator_epoch} "
-                        f"(zombie coordinator), current {entry.coordinator_epoch}")
-            pending.marker = marker.kind
-            pending.coordinator_epoch = marker.coordinator_epoch
-            return pending
-        if origin == AppendOrigin.REPLICATION or entry is None:
-            return pending
-        if batch.producer_epoch < entry.producer_epoch:
-            raise InvalidProducerEpochError(
-                f"epoch of producer {pid} is {batch.producer_epoch}, smaller than the last seen epoch "
-                f"{entry.producer_epoch}")
-        if batch.producer_epoch > entry.producer_epoch:
-            if batch.base_sequence != 0 and entry.producer_epoch >= 0:
-                raise OutOfOrderSequenceError(
-                    f"invalid sequence number for new epoch of producer {pid}: {batch.producer_epoch} "
-                    f"(request epoch), {batch.base_sequence} (seq. number), {entry.producer_epoch} (current epoch)")
-        elif entry.batches:
-            expected = 0 if entry.last_seq == MAX_SEQUENCE else entry.last_seq + 1
-            if batch.base_sequence != expected:
-                raise OutOfOrderSequenceError(
-                    f"out of order sequence number for producer {pid} at offset {batch.base_offset}: "
-                    f"{batch.base_sequence} (incoming seq. number), {entry.last_seq} (current end sequence number)")
-        if not batch.is_transactional and entry.current_txn_first_offset is not None:
-            raise InvalidTxnStateError(f"expected a transactional write from producer {pid}, which has a transaction "
-                                       f"open since offset {entry.current_txn_first_offset}")
-        return pending
-
-    def complete_append(self, pending: PendingAppend, first_offset: int, last_offset: int) -> CompletedTxn | None:
-        """Record a batch that is now in the log; an end marker completes the producer's transaction."""
-        batch = pending.batch
-        pid = batch.producer_id
-        entry = self.producers.get(pid)
-        if entry is None:
-            entry = self.producers[pid] = ProducerStateEntry(pid)
-        if batch.producer_epoch != entry.producer_epoch:
-            entry.batches.clear()
-            entry.producer_epoch = batch.producer_epoch
-        entry.last_timestamp = batch.max_timestamp
-        completed = None
-        if pending.marker is not None:
-            if entry.current_txn_first_offset is not None:
-                completed = CompletedTxn(pid, entry.current_txn_first_offset, last_offset,
-                                         pending.marker == ControlRecordType.ABORT)
-            entry.current_txn_first_offset = None
-            entry.coordinator_epoch = pending.coordinator_epoch
-            entry.batches.clear()
-        elif not batch.is_control:
-            entry.batches.append(BatchMetadata(batch.last_sequence, last_offset, last_offset - first_offset,
-                                               batch.max_timestamp))
-            if batch.is_transactional and entry.current_txn_first_offset is None:
-                entry.current_txn_first_offset = first_offset
-                self.ongoing_txns[first_offset] = pid
-        self.map_end_offset = max(self.map_end_offset, last_offset + 1)
-        return completed
+        Kafka also counts completed transactions whose marker is not yet below the high watermark;
+        here a transaction is stable from its marker on (module docstring).
+        """
+        return min(self._ongoing_txns, default=None)
 
     def last_stable_offset(self, completed: CompletedTxn) -> int:
-        """The LSO when this transaction completed: the oldest other open transaction, else past the marker."""
-        others = [o for o, pid in self.ongoing_txns.items() if pid != completed.producer_id]
+        """The LSO right after `completed`: the oldest transaction still open by another producer, else
+        past the marker. Stored with an aborted transaction, it tells a consumer how far that abort
+        can matter."""
+        others = [first for first, pid in self._ongoing_txns.items() if pid != completed.producer_id]
         return min(others) if others else completed.last_offset + 1
 
     def complete_txn(self, completed: CompletedTxn) -> None:
-        self.ongoing_txns.pop(completed.first_offset, None)
+        """Kafka's completeTxn. `complete_append` already closed the transaction, so this is idempotent
+        and kept for the callers' sake (segment recovery, log append)."""
+        if self._ongoing_txns.get(completed.first_offset) == completed.producer_id:
+            del self._ongoing_txns[completed.first_offset]
 
-    # --- recovery ---------------------------------------------------------------------------------------
+    # --- append ----------------------------------------------------------------------------------
+
+    def find_duplicate(self, batch: RecordBatch) -> BatchMetadata | None:
+        """A client's retry of one of the producer's last five batches, with the offsets it got.
+
+        Only an exact match of epoch and sequence range counts; anything else is left to the sequence
+        checks, so an older retry fails with OutOfOrderSequence as in Kafka.
+        """
+        if not batch.has_producer_id:
+            return None
+        entry = self._producers.get(batch.producer_id)
+        if entry is None or entry.producer_epoch != batch.producer_epoch:
+            return None
+        return entry.batch_with_sequence_range(batch.base_sequence, batch.last_sequence)
+
+    def prepare_append(self, batch: RecordBatch, origin: AppendOrigin) -> PendingAppend:
+        """Check a batch against the producer's state without changing anything.
+
+        Raises InvalidProducerEpochError, OutOfOrderSequenceError, InvalidTxnStateError or
+        TransactionCoordinatorFencedError, the way Kafka's ProducerAppendInfo does.
+        """
+        if not batch.has_producer_id:
+            return PendingAppend(batch, origin, AppendKind.NOOP)
+        entry = self._producers.get(batch.producer_id)
+        if batch.is_control:
+            marker = end_txn_marker_of(batch)
+            if marker is None:
+                return PendingAppend(batch, origin, AppendKind.NOOP)
+            if entry is not None:
+                self._check_epoch(entry, batch, origin)
+                self._check_coordinator_epoch(entry, batch, marker, origin)
+            return PendingAppend(batch, origin, AppendKind.MARKER, marker)
+        if entry is not None:
+            self._check_epoch(entry, batch, origin)
+            if origin is AppendOrigin.CLIENT:
+                self._check_sequence(entry, batch)
+            if entry.current_txn_first_offset is not None and not batch.is_transactional:
+                raise InvalidTxnStateError(
+                    f"expected a transactional write from producer {batch.producer_id} at offset "
+                    f"{batch.base_offset} in {self.log_dir.name}: its transaction is open since offset "
+                    f"{entry.current_txn_first_offset}")
+        return PendingAppend(batch, origin, AppendKind.DATA)
+
+    def _check_epoch(self, entry: ProducerStateEntry, batch: RecordBatch, origin: AppendOrigin) -> None:
+        if batch.producer_epoch >= entry.producer_epoch:
+            return
+        message = (f"epoch of producer {batch.producer_id} at offset {batch.base_offset} in {self.log_dir.name} "
+                   f"is {batch.producer_epoch}, smaller than the last seen epoch {entry.producer_epoch}")
+        if origin is AppendOrigin.REPLICATION:
+            log.warning("%s", message)
+            return
+        raise InvalidProducerEpochError(message)
+
+    def _check_sequence(self, entry: ProducerStateEntry, batch: RecordBatch) -> None:
+        first_seq = batch.base_sequence
+        if batch.producer_epoch != entry.producer_epoch:
+            # A new epoch restarts the sequences, unless the producer had none (its state came from a
+            # marker of an unknown producer, or was lost), in which case any start is accepted.
+            if first_seq != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
+                raise OutOfOrderSequenceError(
+                    f"invalid sequence number for new epoch of producer {batch.producer_id} at offset "
+                    f"{batch.base_offset} in {self.log_dir.name}: {batch.producer_epoch} (request epoch), "
+                    f"{first_seq} (seq. number), {entry.producer_epoch} (current producer epoch)")
+            return
+        if entry.producer_epoch != NO_PRODUCER_EPOCH and not _in_sequence(entry.last_seq, first_seq):
+            raise OutOfOrderSequenceError(
+                f"out of order sequence number for producer {batch.producer_id} at offset {batch.base_offset} "
+                f"in {self.log_dir.name}: {first_seq} (incoming seq. number), {entry.last_seq} "
+                f"(current end sequence number)")
+
+    def _check_coordinator_epoch(self, entry: ProducerStateEntry, batch: RecordBatch, marker: EndTransactionMarker,
+                                 origin: AppendOrigin) -> None:
+        if marker.coordinator_epoch >= entry.coordinator_epoch:
+            return
+        message = (f"invalid coordinator epoch for producer {batch.producer_id} at offset {batch.base_offset} in "
+                   f"{self.log_dir.name}: {marker.coordinator_epoch} (zombie), {entry.coordinator_epoch} (current)")
+        if origin is AppendOrigin.REPLICATION:
+            log.info("%s", message)
+            return
+        raise TransactionCoordinatorFencedError(message)
+
+    def complete_append(
+        self, pending: PendingAppend | None, first_offset: int, last_offset: int
+    ) -> CompletedTxn | None:
+        """Record a batch now in the log at `first_offset..last_offset`; an end marker closes the
+        producer's transaction and returns it (None for a marker of an empty transaction)."""
+        completed = None
+        if pending is not None and not pending.is_noop:
+            batch = pending.batch
+            pid = batch.producer_id
+            entry = self._producers.get(pid)
+            if entry is None:
+                entry = self._producers[pid] = ProducerStateEntry(pid)
+            if pending.kind is AppendKind.MARKER:
+                completed = self._apply_marker(entry, batch, pending.marker, last_offset)
+            else:
+                self._apply_data(entry, batch, first_offset, last_offset)
+        if last_offset + 1 > self._map_end_offset:
+            self._map_end_offset = last_offset + 1
+        return completed
+
+    def _apply_data(self, entry: ProducerStateEntry, batch: RecordBatch, first_offset: int, last_offset: int) -> None:
+        entry.update_epoch(batch.producer_epoch)
+        entry.batches.append(BatchMetadata(batch.last_sequence, last_offset, last_offset - first_offset,
+                                           batch.max_timestamp))
+        entry.last_timestamp = batch.max_timestamp
+        if batch.is_transactional and entry.current_txn_first_offset is None:
+            entry.current_txn_first_offset = first_offset
+            self._ongoing_txns[first_offset] = entry.producer_id
+
+    def _apply_marker(self, entry: ProducerStateEntry, batch: RecordBatch, marker: EndTransactionMarker,
+                      offset: int) -> CompletedTxn | None:
+        """Close the transaction. The batch metadata stays: a transactional producer keeps counting its
+        sequences across transactions, so its next batch must still follow the last one."""
+        completed = None
+        first = entry.current_txn_first_offset
+        if first is not None:
+            completed = CompletedTxn(entry.producer_id, first, offset, marker.kind == ControlRecordType.ABORT)
+            if self._ongoing_txns.get(first) == entry.producer_id:
+                del self._ongoing_txns[first]
+        entry.update_epoch(batch.producer_epoch)
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.last_timestamp = batch.max_timestamp
+        entry.current_txn_first_offset = None
+        return completed
+
+    # --- recovery ---------------------------------------------------------------------------------
 
     def update_from_recovered_batch(self, batch: RecordBatch) -> CompletedTxn | None:
-        pending = self.prepare_append(batch, AppendOrigin.REPLICATION)
+        """Replay a batch read back from the log (a header-only batch is enough for data batches).
+
+        Follower rules apply: no sequence checks, and lower epochs are taken as written; the data was
+        validated when it was appended.
+        """
+        try:
+            pending = self.prepare_append(batch, AppendOrigin.REPLICATION)
+        except InvalidTxnStateError as exc:
+            log.warning("%s; keeping the recovered batch", exc)
+            pending = PendingAppend(batch, AppendOrigin.REPLICATION, AppendKind.DATA)
         return self.complete_append(pending, batch.base_offset, batch.last_offset)
 
-    def update_map_end_offset(self, offset: int) -> None:
-        self.map_end_offset = offset
+    def remove_expired_producers(self, now_ms: int | None = None) -> list[int]:
+        """Forget producers idle for producer.id.expiration.ms, except those with an open transaction
+        (their transaction must still be closed by a marker). Returns the ids removed."""
+        if now_ms is None:
+            now_ms = self.clock.milliseconds()
+        expired = [pid for pid, entry in self._producers.items() if self._is_expired(entry, now_ms)]
+        for pid in expired:
+            del self._producers[pid]
+        return expired
 
-    def remove_expired_producers(self, now_ms: int) -> None:
-        limit = self.producer_id_expiration_ms
-        for pid in [p for p, e in self.producers.items()
-                    if e.current_txn_first_offset is None and now_ms - e.last_timestamp >= limit]:
-            del self.producers[pid]
+    def _is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
+        idle_ms = now_ms - entry.last_timestamp
+        return entry.current_txn_first_offset is None and idle_ms >= self.producer_id_expiration_ms
 
-    # --- snapshots ------------------------------------------------------------------------------------
+    def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+        """Kafka's hook for a log start move: the state cannot end before the log starts."""
+        if self._map_end_offset < log_start_offset:
+            self._map_end_offset = log_start_offset
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """The log was emptied and restarts at `offset`: nothing before it matters any more."""
+        for o in list(self._snapshots):
+            self._delete_snapshot(o)
+        self._producers.clear()
+        self._ongoing_txns.clear()
+        self._map_end_offset = offset
+
+    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> None:
+        """Make the state describe the log up to at most `log_end_offset`, from the snapshots.
+
+        Snapshots outside (log start, log end] are deleted: above the end they describe truncated data,
+        at or below the start they can never be needed. If the state already ends exactly at the log
+        end it is kept as is (it holds more batches than any snapshot). Otherwise the newest readable
+        snapshot is loaded (a corrupt one is deleted and the next older tried), without the producers
+        that expired meanwhile, and the map end offset is the snapshot's offset (or the log start if
+        none is left); the caller replays the log from there.
+        """
+        for o in [o for o in self._snapshots if o > log_end_offset or o <= log_start_offset]:
+            self._delete_snapshot(o)
+        if log_end_offset != self._map_end_offset:
+            self._producers.clear()
+            self._ongoing_txns.clear()
+            self._load_from_snapshot(log_start_offset, now_ms)
+        else:
+            self.on_log_start_offset_incremented(log_start_offset)
+
+    def _load_from_snapshot(self, log_start_offset: int, now_ms: int) -> None:
+        while self._snapshots:
+            offset = max(self._snapshots)
+            path = self._snapshots[offset]
+            try:
+                entries = read_snapshot(path)
+            except CorruptSnapshotError as exc:
+                log.warning("%s: deleting corrupt producer snapshot %s: %s", self.log_dir.name, path.name, exc)
+                self._delete_snapshot(offset)
+                continue
+            except FileNotFoundError:
+                log.warning("%s: producer snapshot %s disappeared", self.log_dir.name, path.name)
+                del self._snapshots[offset]
+                continue
+            for snap in entries:
+                entry = _entry_from_snapshot(snap)
+                if not self._is_expired(entry, now_ms):
+                    self._producers[entry.producer_id] = entry
+                    if entry.current_txn_first_offset is not None:
+                        self._ongoing_txns[entry.current_txn_first_offset] = entry.producer_id
+            log.debug("%s: loaded producer state from %s (%d producers)", self.log_dir.name, path.name,
+                      len(self._producers))
+            self._map_end_offset = offset
+            return
+        self._map_end_offset = log_start_offset
+
+    # --- snapshots --------------------------------------------------------------------------------
 
     @property
     def latest_snapshot_offset(self) -> int | None:
@@ -245,35 +477,48 @@ class ProducerStateManager:
     def snapshot_path(self, offset: int) -> Path | None:
         return self._snapshots.get(offset)
 
-    def take_snapshot(self) -> None:
-        """Write `<map end offset>.snapshot` if the state moved past the newest snapshot."""
-        latest = self.latest_snapshot_offset
-        if latest is not None and self.map_end_offset <= latest:
-            return
-        entries = []
-        for e in self.producers.values():
-            last = e.batches[-1] if e.batches else None
-            entries.append(ProducerSnapshotEntry(
-                e.producer_id, e.producer_epoch,
-                last.last_seq if last else -1, last.last_offset if last else -1, last.offset_delta if last else 0,
-                e.last_timestamp, e.coordinator_epoch,
-                -1 if e.current_txn_first_offset is None else e.current_txn_first_offset))
-        path = names.snapshot_file(self.log_dir, self.map_end_offset)
-        write_snapshot(path, entries)
-        self._snapshots[self.map_end_offset] = path
+    def take_snapshot(self) -> Path | None:
+        """Write `<map end offset>.snapshot` if the state moved past the newest snapshot; returns its path.
 
-    def _delete_snapshot(self, offset: int) -> None:
+        Re-writing an unchanged state would only churn the disk, and a snapshot below the newest one
+        would never be loaded. (Kafka compares with the offset it last wrote or loaded rather than
+        with the newest file; the two differ only when there is no file, where Kafka skips a
+        snapshot at the log start offset and we write it.)
+        """
+        offset = self._map_end_offset
+        latest = self.latest_snapshot_offset
+        if latest is not None and offset <= latest:
+            return None
+        path = names.snapshot_file(self.log_dir, offset)
+        write_snapshot(path, [_snapshot_entry(e) for e in self._producers.values()])
+        self._snapshots[offset] = path
+        return path
+
+    def delete_snapshot(self, offset: int) -> bool:
+        """Delete the snapshot at `offset` now; False if there was none."""
+        return self._delete_snapshot(offset)
+
+    def _delete_snapshot(self, offset: int) -> bool:
         path = self._snapshots.pop(offset, None)
-        if path is not None:
-            path.unlink(missing_ok=True)
+        if path is None:
+            return False
+        path.unlink(missing_ok=True)
+        return True
 
     def delete_snapshots_before(self, offset: int) -> None:
+        """Delete every snapshot strictly below `offset`."""
         for o in [o for o in self._snapshots if o < offset]:
             self._delete_snapshot(o)
 
-    def remove_stray_snapshots(self, segment_base_offsets: list[int]) -> None:
-        """Keep snapshots at segment bases, plus the largest one if it is above every base (the LEO snapshot)."""
+    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int]) -> None:
+        """Delete snapshots that are not at a segment base, except the largest such one when it is above
+        every base: that is the snapshot taken at the log end offset on shutdown, the one worth loading.
+
+        The directory is listed again, as Kafka does, so files removed or added behind our back (an
+        interrupted deletion, a copied directory) are taken into account.
+        """
         bases = set(segment_base_offsets)
+        self._snapshots = dict(list_snapshots(self.log_dir))
         strays = sorted(o for o in self._snapshots if o not in bases)
         keep = strays[-1] if strays and (not bases or strays[-1] > max(bases)) else None
         for o in strays:
@@ -281,45 +526,42 @@ class ProducerStateManager:
                 self._delete_snapshot(o)
 
     def rename_snapshot_for_deletion(self, offset: int) -> Path | None:
+        """Rename `X.snapshot` to `X.snapshot.deleted` and forget it; the caller deletes the file after
+        file.delete.delay.ms, like the segment it belonged to. None if there was no such file."""
         path = self._snapshots.pop(offset, None)
-        if path is None or not path.exists():
+        if path is None:
             return None
-        target = path.with_name(path.name + names.DELETED_SUFFIX)
-        path.rename(target)
+        target = names.snapshot_file(self.log_dir, offset, names.DELETED_SUFFIX)
+        try:
+            path.rename(target)
+        except FileNotFoundError:  # already gone: the intended outcome
+            return None
         return target
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        for o in list(self._snapshots):
-            self._delete_snapshot(o)
-        self.producers.clear()
-        self.ongoing_txns.clear()
-        self.map_end_offset = offset
 
-    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> None:
-        """Drop snapshots outside (log start, log end], then load the newest readable one."""
-        for o in [o for o in self._snapshots if o > log_end_offset or o <= log_start_offset]:
-            self._delete_snapshot(o)
-        self.producers.clear()
-        self.ongoing_txns.clear()
-        self.map_end_offset = log_start_offset
-        for offset in sorted(self._snapshots, reverse=True):
-            try:
-                entries = read_snapshot(self._snapshots[offset])
-            except (CorruptSnapshotError, OSError) as exc:
-                log.warning("%s: deleting corrupt producer snapshot %s: %s", self.log_dir.name,
-                            self._snapshots[offset].name, exc)
-                self._delete_snapshot(offset)
-                continue
-            for s in entries:
-                if s.current_txn_first_offset < 0 and now_ms - s.timestamp >= self.producer_id_expiration_ms:
-                    continue
-                entry = ProducerStateEntry(s.producer_id, s.producer_epoch, coordinator_epoch=s.coordinator_epoch,
-                                           last_timestamp=s.timestamp)
-                if s.last_sequence >= 0 or s.last_offset >= 0:
-                    entry.batches.append(BatchMetadata(s.last_sequence, s.last_offset, s.offset_delta, s.timestamp))
-                if s.current_txn_first_offset >= 0:
-                    entry.current_txn_first_offset = s.current_txn_first_offset
-                    self.ongoing_txns[s.current_txn_first_offset] = s.producer_id
-                self.producers[s.producer_id] = entry
-            self.map_end_offset = offset
-            return
+def _snapshot_entry(entry: ProducerStateEntry) -> ProducerSnapshotEntry:
+    """Only the last batch survives: after a restart only a retry of it is recognised (as in Kafka)."""
+    return ProducerSnapshotEntry(
+        producer_id=entry.producer_id,
+        producer_epoch=entry.producer_epoch,
+        last_sequence=entry.last_seq,
+        last_offset=entry.last_data_offset,
+        offset_delta=entry.last_offset_delta,
+        timestamp=entry.last_timestamp,
+        coordinator_epoch=entry.coordinator_epoch,
+        current_txn_first_offset=NO_OFFSET if entry.current_txn_first_offset is None
+        else entry.current_txn_first_offset,
+    )
+
+
+def _entry_from_snapshot(snap: ProducerSnapshotEntry) -> ProducerStateEntry:
+    entry = ProducerStateEntry(
+        snap.producer_id,
+        snap.producer_epoch,
+        coordinator_epoch=snap.coordinator_epoch,
+        current_txn_first_offset=snap.current_txn_first_offset if snap.current_txn_first_offset >= 0 else None,
+        last_timestamp=snap.timestamp,
+    )
+    if snap.last_offset >= 0:  # Kafka's rule: no data offset means no batch metadata
+        entry.batches.append(BatchMetadata(snap.last_sequence, snap.last_offset, snap.offset_delta, snap.timestamp))
+    return entry
