@@ -155,3 +155,64 @@ class InvalidConfigError(KafkaliteError):
     """A configuration value is missing, of the wrong type or out of range (INVALID_CONFIG)."""
 
     error_code = 40
+
+
+# --- topics, partitions and requests (broker) --------------------------------------------------
+
+
+class UnknownTopicOrPartitionError(KafkaliteError):
+    """No such topic or partition on this broker (UNKNOWN_TOPIC_OR_PARTITION)."""
+
+    error_code = 3
+
+
+class NotLeaderOrFollowerError(KafkaliteError):
+    """This broker does not host the partition as leader (NOT_LEADER_OR_FOLLOWER)."""
+
+    error_code = 6
+
+
+class InvalidTopicError(KafkaliteError):
+    """A topic name Kafka would refuse, or an operation not allowed on an internal topic (INVALID_TOPIC_EXCEPTION)."""
+
+    error_code = 17
+
+
+class InvalidRequiredAcksError(KafkaliteError):
+    """acks other than -1, 0 and 1 (INVALID_REQUIRED_ACKS)."""
+
+    error_code = 21
+
+
+class TopicAlreadyExistsError(KafkaliteError):
+    error_code = 36
+
+
+class InvalidPartitionsError(KafkaliteError):
+    error_code = 37
+
+
+class InvalidReplicationFactorError(KafkaliteError):
+    error_code = 38
+
+
+class InvalidRequestError(KafkaliteError):
+    """A request that is well formed but makes no sense (INVALID_REQUEST)."""
+
+    error_code = 42
+
+
+class PolicyViolationError(KafkaliteError):
+    error_code = 44
+
+
+class FencedLeaderEpochError(KafkaliteError):
+    """The client's leader epoch is older than the partition's (FENCED_LEADER_EPOCH)."""
+
+    error_code = 74
+
+
+class UnknownLeaderEpochError(KafkaliteError):
+    """The client's leader epoch is newer than the partition's (UNKNOWN_LEADER_EPOCH)."""
+
+    error_code = 75

@@ -7,7 +7,7 @@ import logging
 import sys
 
 from kafkalite import __version__
-from kafkalite.cli import demo, dump_log
+from kafkalite.cli import console, demo, dump_log, groups, serve, topics
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,6 +15,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kafkalite {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="-v logs what happens, -vv debug details")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve.add_parser(sub)
+    topics.add_parser(sub)
+    groups.add_parser(sub)
+    console.add_parsers(sub)
     dump_log.add_parser(sub)
     demo.add_parser(sub)
     return parser

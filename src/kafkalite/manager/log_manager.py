@@ -26,6 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from kafkalite.cleaner.config import CleanerConfig
+from kafkalite.cleaner.log_cleaner import LogCleaner
 from kafkalite.clock import SYSTEM_CLOCK, Clock
 from kafkalite.errors import KafkaStorageError, LogError
 from kafkalite.scheduler import Scheduler, ThreadScheduler
@@ -149,6 +151,7 @@ class LogManager:
         scheduler: Scheduler | None = None,
         clock: Clock = SYSTEM_CLOCK,
         progress: Callable[[int, int], None] | None = None,
+        cleaner_config: CleanerConfig | None = None,
     ) -> None:
         dirs = [log_dirs] if isinstance(log_dirs, (str, Path)) else list(log_dirs)
         if not dirs:
@@ -164,6 +167,7 @@ class LogManager:
         self._log_dir_of: dict[TopicPartition, _DataDir] = {}
         self.logs_to_delete: list[tuple[Path, int]] = []  # (dir renamed -delete, when it may be removed)
         self.dirs: list[_DataDir] = []
+        self.cleaner: LogCleaner | None = None
         raise_open_file_limit()
         try:
             for d in dirs:
@@ -174,6 +178,11 @@ class LogManager:
                 d.release()
             raise
         self._started = False
+        cleaner_config = cleaner_config or CleanerConfig()
+        # the cleaner sees the live `logs` dict: partitions created or deleted later are picked up
+        self.cleaner = LogCleaner(
+            cleaner_config, [d.path for d in self.dirs], self.logs, clock=clock,
+            on_io_error=self._cleaner_io_error) if cleaner_config.enable else None
 
     # --- loading ------------------------------------------------------------------------------------
 
@@ -288,6 +297,9 @@ class LogManager:
             if lg is None:
                 return
             d = self._log_dir_of.pop(tp)
+            if self.cleaner is not None:  # no cleaner may still be rewriting its segments
+                self.cleaner.abort_cleaning(tp)
+                self.cleaner.update_checkpoints(d.path, remove=tp)
             lg.close_handlers()
             target = d.path / names.delete_dir_name(topic, partition)
             os.replace(lg.dir, target)
@@ -322,6 +334,29 @@ class LogManager:
         self.scheduler.schedule("kafka-log-start-offset-checkpoint", self.checkpoint_log_start_offsets, delay,
                                 c.flush_start_offset_checkpoint_interval_ms)
         self.scheduler.schedule("kafka-delete-logs", self.delete_logs, delay, c.file_delete_delay_ms)
+        if self.cleaner is not None:
+            self.cleaner.startup()
+
+    def truncate_to(self, topic: str, partition: int, offset: int) -> bool:
+        """Truncate a partition (a follower diverging from its leader) with its cleaning paused, as
+        Kafka does, and pull its cleaner checkpoint back if it now points past the active segment."""
+        tp = (topic, partition)
+        lg = self.logs[tp]
+        if self.cleaner is None:
+            return lg.truncate_to(offset)
+        self.cleaner.abort_and_pause_cleaning(tp)
+        try:
+            truncated = lg.truncate_to(offset)
+            if truncated:
+                self.cleaner.maybe_truncate_checkpoint(lg.dir.parent, tp, lg.active_segment.base_offset)
+            return truncated
+        finally:
+            self.cleaner.resume_cleaning([tp])
+
+    def _cleaner_io_error(self, lg: Log, exc: OSError) -> None:
+        d = self._log_dir_of.get((lg.topic, lg.partition))
+        if d is not None:
+            self._mark_offline(d, exc)
 
     def cleanup_logs(self) -> int:
         """kafka-log-retention: retention for every log whose policy includes delete (compaction's own
@@ -387,6 +422,8 @@ class LogManager:
         if d.offline:
             return
         d.offline = True
+        if self.cleaner is not None:
+            self.cleaner.handle_log_dir_failure(d.path)
         log.error("Log dir %s is offline after an I/O error (%s); its partitions are unavailable until the "
                   "disk is fixed and the broker restarted", d.path, exc)
         for tp in [tp for tp, owner in self._log_dir_of.items() if owner is d]:
@@ -394,11 +431,20 @@ class LogManager:
             self._log_dir_of.pop(tp)
             lg.close_handlers()
 
+    def handle_log_dir_failure(self, topic: str, partition: int, exc: BaseException) -> None:
+        """A caller (the broker) hit an I/O error on this partition's files: its whole dir goes offline."""
+        with self._lock:
+            d = self._log_dir_of.get((topic, partition))
+            if d is not None:
+                self._mark_offline(d, exc)
+
     def is_offline(self, topic: str, partition: int) -> bool:
         return (topic, partition) not in self.logs and any(d.offline for d in self.dirs)
 
     def shutdown(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean shutdown marker in each dir."""
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
         if self._owns_scheduler:
             self.scheduler.shutdown()
         by_dir: dict[int, list[Log]] = {}

@@ -224,10 +224,11 @@ class Log:
 
     @property
     def last_stable_offset(self) -> int:
-        first_unstable = self.producer_state.first_unstable_offset()
-        if first_unstable is not None and first_unstable < self.high_watermark:
-            return max(first_unstable, self.log_start_offset)
-        return self.high_watermark
+        with self._lock:  # the cleaner asks from its own thread while appends change producer state
+            first_unstable = self.producer_state.first_unstable_offset()
+            if first_unstable is not None and first_unstable < self.high_watermark:
+                return max(first_unstable, self.log_start_offset)
+            return self.high_watermark
 
     lso = last_stable_offset
 
@@ -827,6 +828,81 @@ class Log:
             fn()
         else:
             self.scheduler.schedule(name, fn, delay_ms)
+
+    # --- compaction support (used by the log cleaner) -------------------------------------------------
+
+    def log_segments(self, from_offset: int = 0, to_offset: int | None = None) -> list[LogSegment]:
+        """Kafka's logSegments(from, to): the segments holding offsets in [from, to), oldest first, as a
+        list taken under the lock (the cleaner walks it while appends roll new segments)."""
+        with self._lock:
+            if to_offset is None:
+                return list(self.segments.values())
+            if to_offset <= from_offset:
+                return []
+            return self._segments_overlapping(from_offset, to_offset)
+
+    def non_active_log_segments_from(self, from_offset: int) -> list[LogSegment]:
+        with self._lock:
+            active = self.active_segment.base_offset
+            return [] if from_offset > active else self._segments_overlapping(from_offset, active)
+
+    def last_records_of_active_producers(self) -> dict[int, tuple[int | None, int]]:
+        """producer id -> (offset of its last data batch, or None; its epoch): batches the cleaner keeps."""
+        with self._lock:
+            return {pid: (e.last_data_offset if e.last_data_offset >= 0 else None, e.producer_epoch)
+                    for pid, e in self.producer_state.active_producers.items()}
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list:
+        """Aborted transactions overlapping [log start, upper bound), searched from the segment holding
+        `start_offset` on until an index entry proves the search complete (Kafka's UnifiedLog method)."""
+        with self._lock:
+            i = max(0, self.segments.bisect_right(start_offset) - 1)
+            out = []
+            for seg in self.segments.values()[i:]:
+                txns, complete = seg.collect_aborted_txns(self.log_start_offset, upper_bound_offset)
+                out.extend(txns)
+                if complete:
+                    break
+            return out
+
+    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment],
+                         old_sizes: list[int] | None = None) -> None:
+        """Swap cleaned segments in for the segments they were made from, safe against a crash at any step.
+
+        The order is Kafka's, and the loader finishes it after a crash: rename the new segments'
+        files `.cleaned` -> `.swap` (highest base first); put them in the segment map; rename the old
+        segments `.deleted` (removed after file.delete.delay.ms); rename `.swap` -> final names; fsync
+        the directory. A crash before every file is `.swap` leaves the old segments intact (the
+        loader deletes `.cleaned` files and the swaps beside them); after that, the loader deletes
+        whatever old files the swaps cover and completes the renames.
+
+        Unlike Kafka, an old segment that is no longer in the map, or whose size is not `old_sizes`
+        (what the cleaner read), means the log was truncated or trimmed while it was being cleaned:
+        the swap is refused (LogError) and the caller drops its cleaned segments.
+        """
+        with self._lock:
+            self._check_open()
+            for i, seg in enumerate(old_segments):
+                if (self.segments.get(seg.base_offset) is not seg or seg.has_suffix(names.DELETED_SUFFIX)
+                        or (old_sizes is not None and seg.size != old_sizes[i])):
+                    raise LogError(f"{self.dir.name}: segment {seg.base_offset} changed while being cleaned")
+            new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
+            old_sorted = sorted(old_segments, key=lambda s: s.base_offset)
+            for seg in reversed(new_sorted):
+                seg.change_file_suffixes(names.CLEANED_SUFFIX, names.SWAP_SUFFIX)
+            for seg in reversed(new_sorted):
+                self.segments[seg.base_offset] = seg
+            new_bases = {s.base_offset for s in new_sorted}
+            for seg in old_sorted:
+                if seg.base_offset not in new_bases:
+                    del self.segments[seg.base_offset]
+                self._async_delete([seg])
+            for seg in new_sorted:
+                seg.change_file_suffixes(names.SWAP_SUFFIX, "")
+            _fsync_dir(self.dir)
+            for seg in old_sorted:
+                if seg.base_offset not in new_bases:
+                    self._async_delete_snapshot(seg.base_offset)
 
     # --- truncation ---------------------------------------------------------------------------------
 

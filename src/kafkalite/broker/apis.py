@@ -1,0 +1,523 @@
+"""One handler per Kafka API (Kafka's KafkaApis): request body dict in, response body dict out.
+
+Bodies use the snake_case names of Kafka's message schemas; the protocol layer fills defaults for what a
+handler leaves out and drops what a version doesn't carry, so handlers describe outcomes, not encodings.
+A handler returns None only for acks=0 produce requests, which Kafka never answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kafkalite.broker.config import BrokerConfig
+from kafkalite.broker.metadata import validate_topic_name
+from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
+from kafkalite.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    KafkaliteError,
+    UnknownTopicOrPartitionError,
+)
+from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, RequestHeader
+from kafkalite.storage.log import FetchIsolation
+from kafkalite.storage.log_config import CONFIGS_BY_NAME, LogConfig
+
+log = logging.getLogger("kafkalite.broker.apis")
+
+NONE = 0
+LEADER_NOT_AVAILABLE = 5
+COORDINATOR_NOT_AVAILABLE = 15
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
+UNSUPPORTED_VERSION = 35
+INVALID_REQUIRED_ACKS = 21
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+FETCH_SESSION_ID_NOT_FOUND = 70
+TOPIC_DELETION_DISABLED = 73
+UNKNOWN_TOPIC_ID = 100
+UNSUPPORTED_ENDPOINT_TYPE = 119
+INVALID_REQUEST = 42
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+CONFIG_TYPES = {"bool": 1, "str": 2, "int": 3, "long": 5, "double": 6, "list": 7}
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+_SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+AUTHORIZED_OPS_OMITTED = -2147483648
+
+GROUP_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
+                        ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS,
+                        ApiKey.DELETE_GROUPS})
+
+Handler = Callable[[RequestHeader, dict[str, Any], str], Awaitable[dict[str, Any] | None]]
+
+
+class CloseConnection(Exception):
+    """The request asks the server to drop the connection (Kafka does so for a failed acks=0 produce)."""
+
+
+class KafkaApis:
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, coordinator: Any | None = None) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.coordinator = coordinator
+        self.node_id = config.node_id
+        self._offsets_topic_ready = False
+        self._handlers: dict[int, Handler] = {
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.create_partitions,
+            ApiKey.DELETE_RECORDS: self.delete_records,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
+            ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
+            ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
+        }
+        if coordinator is not None:
+            self._handlers[ApiKey.FIND_COORDINATOR] = self.find_coordinator
+            for key in GROUP_APIS:
+                self._handlers[key] = self.group_request
+
+    # --- dispatch ---------------------------------------------------------------------------------
+
+    def advertised(self) -> dict[int, tuple[int, int]]:
+        """Only what has a handler: clients pick features from this table (reference section 10)."""
+        return {k: SUPPORTED_VERSIONS[k] for k in sorted(self._handlers) if k in SUPPORTED_VERSIONS}
+
+    def handles(self, api_key: int) -> bool:
+        return api_key in self._handlers
+
+    async def handle(self, header: RequestHeader, body: dict[str, Any], client_host: str) -> dict[str, Any] | None:
+        return await self._handlers[header.api_key](header, body, client_host)
+
+    # --- cluster ----------------------------------------------------------------------------------
+
+    def _endpoint(self) -> tuple[str, int]:
+        li = self.config.advertised()[0]
+        return li.host, li.port
+
+    def cluster_id(self) -> str:
+        dirs = self.replicas.logs.dirs
+        meta = dirs[0].meta if dirs else {}
+        return str(meta.get("cluster.id") or self.config.get("cluster.id"))
+
+    async def api_versions(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in self.advertised().items()]
+        if h.api_version >= 3:
+            name = body.get("client_software_name") or ""
+            version = body.get("client_software_version") or ""
+            if not (_SOFTWARE.match(name) and _SOFTWARE.match(version)):
+                return {"error_code": INVALID_REQUEST, "api_keys": keys, "throttle_time_ms": 0}
+        return {"error_code": NONE, "api_keys": keys, "throttle_time_ms": 0}
+
+    async def describe_cluster(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        host, port = self._endpoint()
+        out = {"throttle_time_ms": 0, "error_code": NONE, "error_message": None, "endpoint_type": 1,
+               "cluster_id": self.cluster_id(), "controller_id": self.node_id,
+               "brokers": [{"broker_id": self.node_id, "host": host, "port": port, "rack": self._rack()}],
+               "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED}
+        if body.get("endpoint_type", 1) != 1:
+            out.update(error_code=UNSUPPORTED_ENDPOINT_TYPE, brokers=[],
+                       error_message="kafkalite has no separate controller endpoints")
+        return out
+
+    def _rack(self) -> str | None:
+        return self.config.get("broker.rack") or None
+
+    async def metadata(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        v = h.api_version
+        requested = body.get("topics")
+        store = self.replicas.metadata
+        if requested is None or (v == 0 and not requested):
+            wanted: list[tuple[str | None, Any]] = [(name, None) for name in sorted(store.topics)]
+        else:
+            wanted = [(t.get("name"), t.get("topic_id")) for t in requested]
+        auto_create = self.config.get("auto.create.topics.enable") and body.get("allow_auto_topic_creation", True)
+        topics = []
+        for name, topic_id in wanted:
+            if name is None:
+                info = store.by_id(topic_id) if topic_id else None
+                if info is None:
+                    topics.append({"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id,
+                                   "partitions": []})
+                    continue
+                name = info.name
+            topics.append(self._topic_metadata(name, auto_create and requested is not None))
+        host, port = self._endpoint()
+        return {"throttle_time_ms": 0, "cluster_id": self.cluster_id(), "controller_id": self.node_id,
+                "brokers": [{"node_id": self.node_id, "host": host, "port": port, "rack": self._rack()}],
+                "topics": topics, "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED, "error_code": NONE}
+
+    def _topic_metadata(self, name: str, auto_create: bool) -> dict[str, Any]:
+        store = self.replicas.metadata
+        info = store.get(name)
+        if info is None and auto_create:
+            try:
+                validate_topic_name(name)
+                info = self.replicas.create_topic(name, self.config.get("num.partitions"), {})
+            except KafkaliteError as exc:
+                return {"error_code": error_code_of(exc), "name": name, "topic_id": uuid.UUID(int=0),
+                        "is_internal": False, "partitions": []}
+        if info is None:
+            return {"error_code": UnknownTopicOrPartitionError.error_code, "name": name,
+                    "topic_id": uuid.UUID(int=0), "is_internal": False, "partitions": []}
+        parts = []
+        for p in range(info.partitions):
+            lg = self.replicas.logs.get_log(name, p)
+            if lg is None:
+                parts.append({"error_code": LEADER_NOT_AVAILABLE, "partition_index": p, "leader_id": -1,
+                              "leader_epoch": -1, "replica_nodes": [self.node_id], "isr_nodes": [],
+                              "offline_replicas": [self.node_id]})
+            else:
+                parts.append({"error_code": NONE, "partition_index": p, "leader_id": self.node_id,
+                              "leader_epoch": self.replicas.leader_epoch(lg), "replica_nodes": [self.node_id],
+                              "isr_nodes": [self.node_id], "offline_replicas": []})
+        return {"error_code": NONE, "name": name, "topic_id": info.topic_id, "is_internal": info.internal,
+                "partitions": parts, "topic_authorized_operations": AUTHORIZED_OPS_OMITTED}
+
+    # --- produce and fetch ------------------------------------------------------------------------
+
+    async def produce(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any] | None:
+        acks = body.get("acks", -1)
+        if h.api_version < 3:
+            refuse: int | None = UNSUPPORTED_VERSION  # Kafka 4 advertises v0-2 for old librdkafka but refuses them
+        elif acks not in (-1, 0, 1):
+            refuse = INVALID_REQUIRED_ACKS
+        elif body.get("transactional_id") is not None:
+            refuse = TRANSACTIONAL_ID_AUTHORIZATION_FAILED  # transactions are not implemented (docs/design.md)
+        else:
+            refuse = None
+        responses = []
+        failed = False
+        for topic in body.get("topic_data", []):
+            name = topic.get("name")
+            parts = []
+            for pd in topic.get("partition_data", []):
+                if refuse is not None:
+                    entry = {"index": pd["index"], "error_code": refuse, "base_offset": -1}
+                else:
+                    entry = self.replicas.append(name, pd["index"], pd.get("records"))
+                failed |= entry["error_code"] != NONE
+                parts.append(entry)
+            responses.append({"name": name, "partition_responses": parts})
+        if acks == 0:
+            if failed:
+                raise CloseConnection("an acks=0 produce request failed")
+            return None
+        return {"responses": responses, "throttle_time_ms": 0}
+
+    async def fetch(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        v = h.api_version
+        session_id = body.get("session_id", 0)
+        session_epoch = body.get("session_epoch", -1)
+        if v >= 7 and session_epoch > 0:
+            # Never created a session (we answer session_id 0), so an incremental fetch can't be ours.
+            return {"throttle_time_ms": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
+                    "responses": []}
+        del session_id
+        isolation = FetchIsolation.TXN_COMMITTED if body.get("isolation_level", 0) == 1 else \
+            FetchIsolation.HIGH_WATERMARK
+        if body.get("replica_id", -1) >= 0:
+            isolation = FetchIsolation.LOG_END
+        wanted = []
+        for t in body.get("topics", []):
+            for p in t.get("partitions", []):
+                wanted.append((t["topic"], p["partition"], p["fetch_offset"], p["partition_max_bytes"],
+                               p.get("current_leader_epoch", -1), p.get("last_fetched_epoch", -1)))
+        max_bytes = body.get("max_bytes", 0x7FFFFFFF)
+        max_bytes = min(max_bytes if max_bytes > 0 else 0x7FFFFFFF, self.config.get("fetch.max.bytes"))
+        reads = await self.replicas.fetch(wanted, max_wait_ms=body.get("max_wait_ms", 0),
+                                          min_bytes=body.get("min_bytes", 1), max_bytes=max_bytes,
+                                          isolation=isolation)
+        responses: list[dict[str, Any]] = []
+        for r in reads:
+            if not responses or responses[-1]["topic"] != r.topic:
+                responses.append({"topic": r.topic, "partitions": []})
+            entry: dict[str, Any] = {
+                "partition_index": r.partition, "error_code": r.error, "high_watermark": r.high_watermark,
+                "last_stable_offset": r.last_stable_offset, "log_start_offset": r.log_start_offset,
+                "aborted_transactions": r.aborted, "preferred_read_replica": -1,
+                "records": self.replicas.records_for_wire(r.records),
+            }
+            if r.diverging is not None:
+                entry["diverging_epoch"] = {"epoch": r.diverging[0], "end_offset": r.diverging[1]}
+            responses[-1]["partitions"].append(entry)
+        return {"throttle_time_ms": 0, "error_code": NONE, "session_id": 0, "responses": responses}
+
+    async def list_offsets(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        replica = body.get("replica_id", -1) >= 0
+        level = body.get("isolation_level", 0)
+        isolation = None if replica else (FetchIsolation.TXN_COMMITTED if level == 1 else
+                                          FetchIsolation.HIGH_WATERMARK)
+        topics = []
+        for t in body.get("topics", []):
+            parts = [self.replicas.list_offset(t["name"], p["partition_index"], p["timestamp"], isolation=isolation,
+                                               current_leader_epoch=p.get("current_leader_epoch", -1))
+                     for p in t.get("partitions", [])]
+            topics.append({"name": t["name"], "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    async def delete_records(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        topics = []
+        for t in body.get("topics", []):
+            parts = [self.replicas.delete_records(t["name"], p["partition_index"], p["offset"])
+                     for p in t.get("partitions", [])]
+            topics.append({"name": t["name"], "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    async def offset_for_leader_epoch(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        topics = []
+        for t in body.get("topics", []):
+            parts = [self.replicas.end_offset_for_epoch(t["topic"], p["partition"], p["leader_epoch"],
+                                                        p.get("current_leader_epoch", -1))
+                     for p in t.get("partitions", [])]
+            topics.append({"topic": t["topic"], "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    async def init_producer_id(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        if body.get("transactional_id") is not None:
+            return {"throttle_time_ms": 0, "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1,
+                    "producer_epoch": -1}
+        # As Kafka's coordinator does for a null transactional id: always a fresh producer id, epoch 0
+        # (an idempotent producer that must reset its sequences asks again and gets a new id).
+        return {"throttle_time_ms": 0, "error_code": NONE, "producer_id": self.replicas.metadata.next_producer_id(),
+                "producer_epoch": 0}
+
+    # --- topics -----------------------------------------------------------------------------------
+
+    def _topic_config_entries(self, name: str) -> list[dict[str, Any]]:
+        info = self.replicas.metadata.get(name)
+        overrides = info.configs if info else {}
+        effective = LogConfig.from_props(overrides, self.replicas.logs.default_config).to_props()
+        out = []
+        for key, value in effective.items():
+            d = CONFIGS_BY_NAME[key]
+            if key in overrides:
+                source = SOURCE_DYNAMIC_TOPIC
+            elif any(b in self.config.props for b in d.broker):
+                source = SOURCE_STATIC_BROKER
+            else:
+                source = SOURCE_DEFAULT
+            out.append({"name": key, "value": value, "read_only": False, "config_source": source,
+                        "is_default": source == SOURCE_DEFAULT, "is_sensitive": False, "synonyms": [],
+                        "config_type": CONFIG_TYPES.get(d.kind, 0), "documentation": d.doc})
+        return out
+
+    async def create_topics(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        validate_only = body.get("validate_only", False)
+        requested = body.get("topics", [])
+        names = [t["name"] for t in requested]
+        results = []
+        for t in requested:
+            name = t["name"]
+            res: dict[str, Any] = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": NONE,
+                                   "error_message": None, "num_partitions": -1, "replication_factor": -1,
+                                   "configs": []}
+            try:
+                if names.count(name) > 1:
+                    raise InvalidRequestError(f"Create topics request from client contains a duplicate topic: {name}")
+                partitions = t.get("num_partitions", -1)
+                rf = t.get("replication_factor", -1)
+                assignments = t.get("assignments") or []
+                if assignments:
+                    if partitions != -1 or rf != -1:
+                        raise InvalidRequestError("Both numPartitions or replicationFactor and replicasAssignments "
+                                                  "were set. Both cannot be used at the same time.")
+                    for a in assignments:
+                        if list(a.get("broker_ids", [])) != [self.node_id]:
+                            res.update(error_code=INVALID_REPLICA_ASSIGNMENT,
+                                       error_message=f"replica assignment {a.get('broker_ids')} names brokers "
+                                                     f"other than the only one, {self.node_id}")
+                            break
+                    if res["error_code"]:
+                        results.append(res)
+                        continue
+                    partitions = len(assignments)
+                if partitions == -1:
+                    partitions = self.config.get("num.partitions")
+                if rf == -1:
+                    rf = self.config.get("default.replication.factor")
+                if rf <= 0 or rf > 1:
+                    res.update(error_code=INVALID_REPLICATION_FACTOR,
+                               error_message=f"Unable to replicate the partition {rf} time(s): The target "
+                                             f"replication factor of {rf} cannot be reached because only 1 "
+                                             "broker(s) are registered.")
+                    results.append(res)
+                    continue
+                configs = {c["name"]: c["value"] for c in t.get("configs", []) if c.get("value") is not None}
+                info = self.replicas.create_topic(name, partitions, configs, validate_only)
+                res.update(topic_id=info.topic_id if not validate_only else uuid.UUID(int=0),
+                           num_partitions=partitions, replication_factor=rf,
+                           configs=[{k: c[k] for k in ("name", "value", "read_only", "config_source",
+                                                         "is_sensitive")}
+                                    for c in self._topic_config_entries(name)] if not validate_only else [])
+            except KafkaliteError as exc:
+                res.update(error_code=error_code_of(exc), error_message=str(exc))
+            results.append(res)
+        return {"throttle_time_ms": 0, "topics": results}
+
+    async def delete_topics(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        if h.api_version >= 6:
+            wanted = [(t.get("name"), t.get("topic_id")) for t in body.get("topics", [])]
+        else:
+            wanted = [(n, None) for n in body.get("topic_names", [])]
+        store = self.replicas.metadata
+        results = []
+        for name, topic_id in wanted:
+            res: dict[str, Any] = {"name": name, "topic_id": topic_id or uuid.UUID(int=0), "error_code": NONE,
+                                   "error_message": None}
+            if not self.config.get("delete.topic.enable"):
+                res.update(error_code=TOPIC_DELETION_DISABLED, error_message="Topic deletion is disabled.")
+                results.append(res)
+                continue
+            if name is None:
+                info = store.by_id(topic_id) if topic_id and topic_id.int else None
+                if info is None:
+                    res.update(error_code=UNKNOWN_TOPIC_ID, error_message="This server does not host this topic ID.")
+                    results.append(res)
+                    continue
+                name = info.name
+                res["name"] = name
+            try:
+                info = self.replicas.delete_topic(name)
+                res["topic_id"] = info.topic_id
+            except KafkaliteError as exc:
+                res.update(error_code=error_code_of(exc), error_message=str(exc))
+            results.append(res)
+        return {"throttle_time_ms": 0, "responses": results}
+
+    async def create_partitions(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        results = []
+        for t in body.get("topics", []):
+            res: dict[str, Any] = {"name": t["name"], "error_code": NONE, "error_message": None}
+            try:
+                for a in t.get("assignments") or []:
+                    if list(a.get("broker_ids", [])) != [self.node_id]:
+                        raise InvalidRequestError(f"replica assignment {a.get('broker_ids')} names brokers other "
+                                                  f"than the only one, {self.node_id}")
+                self.replicas.create_partitions(t["name"], t["count"], body.get("validate_only", False))
+            except KafkaliteError as exc:
+                res.update(error_code=error_code_of(exc), error_message=str(exc))
+            results.append(res)
+        return {"throttle_time_ms": 0, "results": results}
+
+    # --- configs ----------------------------------------------------------------------------------
+
+    async def describe_configs(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        results = []
+        for r in body.get("resources", []):
+            rtype, rname = r["resource_type"], r["resource_name"]
+            keys = r.get("configuration_keys")
+            res: dict[str, Any] = {"error_code": NONE, "error_message": None, "resource_type": rtype,
+                                   "resource_name": rname, "configs": []}
+            if rtype == RESOURCE_TOPIC:
+                if rname not in self.replicas.metadata.topics:
+                    res.update(error_code=UnknownTopicOrPartitionError.error_code,
+                               error_message=f"The topic '{rname}' does not exist.")
+                else:
+                    res["configs"] = self._topic_config_entries(rname)
+            elif rtype == RESOURCE_BROKER:
+                if rname not in ("", str(self.node_id)):
+                    res.update(error_code=INVALID_REQUEST, error_message=f"Unexpected broker id {rname}")
+                else:
+                    res["configs"] = [{"name": k, "value": v, "read_only": True,
+                                       "config_source": SOURCE_DEFAULT if default else SOURCE_STATIC_BROKER,
+                                       "is_default": default, "is_sensitive": False, "synonyms": [],
+                                       "config_type": 2, "documentation": None}
+                                      for k, (v, default) in sorted(self.config.describe().items())]
+            else:
+                res.update(error_code=INVALID_REQUEST, error_message=f"Unsupported resource type {rtype}")
+            if keys is not None:
+                res["configs"] = [c for c in res["configs"] if c["name"] in keys]
+            results.append(res)
+        return {"throttle_time_ms": 0, "results": results}
+
+    async def incremental_alter_configs(self, h: RequestHeader, body: dict[str, Any], _host: str
+                                        ) -> dict[str, Any]:
+        validate_only = body.get("validate_only", False)
+        responses = []
+        for r in body.get("resources", []):
+            rtype, rname = r["resource_type"], r["resource_name"]
+            res: dict[str, Any] = {"error_code": NONE, "error_message": None, "resource_type": rtype,
+                                   "resource_name": rname}
+            try:
+                if rtype != RESOURCE_TOPIC:
+                    raise InvalidRequestError("kafkalite has no dynamic broker configs; change server.properties "
+                                              "and restart")
+                info = self.replicas.metadata.get(rname)
+                if info is None:
+                    raise UnknownTopicOrPartitionError(f"The topic '{rname}' does not exist.")
+                configs = dict(info.configs)
+                for c in r.get("configs", []):
+                    configs = self._apply_config_op(configs, c["name"], c["config_operation"], c.get("value"))
+                self.replicas.alter_topic_configs(rname, configs, validate_only)
+            except KafkaliteError as exc:
+                res.update(error_code=error_code_of(exc), error_message=str(exc))
+            responses.append(res)
+        return {"throttle_time_ms": 0, "responses": responses}
+
+    def _apply_config_op(self, configs: dict[str, str], name: str, op: int, value: str | None) -> dict[str, str]:
+        d = CONFIGS_BY_NAME.get(name)
+        if d is None:
+            raise InvalidConfigError(f"Unknown topic config name: {name}")
+        if op == OP_SET:
+            if value is None:
+                raise InvalidConfigError(f"Null value not supported for: {name}")
+            configs[name] = value
+        elif op == OP_DELETE:
+            configs.pop(name, None)
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            if d.kind != "list":
+                raise InvalidConfigError(f"Config value append is not allowed for config key: {name}")
+            current = [p for p in (configs.get(name) or ",".join(sorted(d.default))).split(",") if p]
+            items = [p.strip() for p in (value or "").split(",") if p.strip()]
+            if op == OP_APPEND:
+                current += [i for i in items if i not in current]
+            else:
+                current = [c for c in current if c not in items]
+            configs[name] = ",".join(current)
+        else:
+            raise InvalidRequestError(f"Unknown config operation {op}")
+        return configs
+
+    # --- groups -----------------------------------------------------------------------------------
+
+    async def find_coordinator(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        host, port = self._endpoint()
+
+        def one(key: str, key_type: int) -> dict[str, Any]:
+            if key_type != 0:
+                return {"key": key, "error_code": COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "", "port": -1,
+                        "error_message": "kafkalite has no transaction coordinator"}
+            return {"key": key, "error_code": NONE, "node_id": self.node_id, "host": host, "port": port,
+                    "error_message": None}
+
+        key_type = body.get("key_type", 0)
+        if key_type == 0 and not self._offsets_topic_ready:
+            # Kafka creates __consumer_offsets on the first FindCoordinator for a group.
+            self.coordinator.ensure_offsets_topic()
+            self.replicas.adopt_logs()
+            self._offsets_topic_ready = True
+        if h.api_version >= 4:
+            return {"throttle_time_ms": 0,
+                    "coordinators": [one(k, key_type) for k in body.get("coordinator_keys", [])]}
+        out = one(body.get("key", ""), key_type)
+        out["throttle_time_ms"] = 0
+        return out
+
+    async def group_request(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
+        return await self.coordinator.handle(h.api_key, h.api_version, body, h.client_id, host)
+

@@ -1,0 +1,252 @@
+"""The network side of the broker: asyncio listeners, Kafka framing, and zero-copy fetch responses.
+
+Each connection handles one request at a time, in order (Kafka mutes a channel until its response is
+sent), so pipelined requests get their responses in sequence and a long-polling fetch holds up only its
+own connection. A frame that is too large or does not parse closes that connection and nothing else.
+Record bytes of fetch responses go from the segment file to the socket with sendfile(2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from kafkalite.broker.apis import CloseConnection, KafkaApis
+from kafkalite.broker.config import BrokerConfig
+from kafkalite.broker.metadata import MetadataStore
+from kafkalite.broker.replica_manager import ReplicaManager
+from kafkalite.coordinator import GroupCoordinator
+from kafkalite.manager.log_manager import LogManager
+from kafkalite.protocol import (
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    FileRegion,
+    ProtocolDecodeError,
+    RequestHeader,
+    UnsupportedVersionError,
+    decode_request,
+    encode_response,
+    read_request_header,
+)
+
+log = logging.getLogger("kafkalite.broker")
+
+UNSUPPORTED_VERSION = 35
+
+
+class Broker:
+    """One kafkalite broker: a LogManager behind Kafka's wire protocol."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.logs: LogManager | None = None
+        self.replicas: ReplicaManager | None = None
+        self.apis: KafkaApis | None = None
+        self.coordinator: Any = None
+        self._servers: list[asyncio.base_events.Server] = []
+        self._connections: set[asyncio.Task[None]] = set()
+        self._stop = asyncio.Event()
+        self._background: list[asyncio.Task[None]] = []
+        self.max_request_bytes = config.get("socket.request.max.bytes")
+        self.idle_timeout_s = config.get("connections.max.idle.ms") / 1000
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        started = time.perf_counter()
+        cfg = self.config
+        self.logs = await asyncio.to_thread(
+            LogManager, cfg.log_dirs, cfg.log_config(), cfg.manager_config(), topic_configs=self._saved_configs())
+        self.replicas = ReplicaManager(cfg, self.logs, MetadataStore(self.logs.dirs[0].path))
+        self.replicas.startup()
+        for li in cfg.listeners():
+            server = await asyncio.start_server(self._on_connection, li.host or None, li.port, reuse_address=True,
+                                                limit=1 << 20, start_serving=False)
+            self._servers.append(server)
+        if any(li.port == 0 for li in cfg.advertised()):
+            # Listening on an ephemeral port (tests): advertise the port the OS picked.
+            port = self.addresses()[0][1]
+            adv = cfg.advertised()[0]
+            cfg = self.config = BrokerConfig.load(None, {**cfg.props,
+                                                         "advertised.listeners": f"{adv.name}://{adv.host}:{port}"})
+        self.coordinator = await self._start_coordinator()
+        self.apis = KafkaApis(cfg, self.replicas, self.coordinator)
+        self.logs.startup()
+        for server in self._servers:
+            await server.start_serving()
+        self._background.append(asyncio.create_task(self.replicas.run_checkpoints(self._stop)))
+        log.info("kafkalite broker %d started in %.1f s: listening on %s, data in %s, %d partitions",
+                    cfg.node_id, time.perf_counter() - started,
+                    ", ".join(f"{h}:{p}" for h, p in self.addresses()),
+                    ", ".join(str(d) for d in cfg.log_dirs), len(self.logs.logs))
+
+    def _saved_configs(self) -> dict[str, dict[str, object]]:
+        """Topic overrides must be known before the logs load, so their configs apply from the start."""
+        try:
+            store = MetadataStore(self.config.log_dirs[0])
+        except Exception:  # the store reports a malformed file again, with advice, once the dir is locked
+            return {}
+        return {name: dict(t.configs) for name, t in store.topics.items() if t.configs}
+
+    async def _start_coordinator(self) -> Any:
+        assert self.replicas is not None
+        coordinator = GroupCoordinator(self.logs, self.config,
+                                       partition_exists=lambda t, p: self.replicas.logs.get_log(t, p) is not None)
+        await coordinator.start()
+        return coordinator
+
+    def addresses(self) -> list[tuple[str, int]]:
+        out = []
+        for s in self._servers:
+            for sock in s.sockets:
+                host, port = sock.getsockname()[:2]
+                out.append((host, port))
+        return out
+
+    @property
+    def port(self) -> int:
+        return self.addresses()[0][1]
+
+    async def serve_until_stopped(self) -> None:
+        await self._stop.wait()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def stop(self) -> None:
+        """Clean shutdown: stop accepting, finish nothing new, then flush, checkpoint and mark clean."""
+        self._stop.set()
+        for s in self._servers:
+            s.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        for s in self._servers:
+            with contextlib.suppress(Exception):
+                await s.wait_closed()
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        if self.coordinator is not None:
+            with contextlib.suppress(Exception):
+                await self.coordinator.stop()
+        if self.replicas is not None:
+            self.replicas.purgatory.wake_all()
+            await asyncio.to_thread(self.replicas.checkpoint_high_watermarks)
+        if self.logs is not None:
+            await asyncio.to_thread(self.logs.shutdown)
+            log.info("kafkalite broker %d shut down cleanly", self.config.node_id)
+            self.logs = None
+
+    # --- connections ------------------------------------------------------------------------------
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        host = peer[0] if peer else "?"
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            await self._serve(reader, writer, host)
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("Unexpected error serving %s; closing the connection", peer)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
+        assert self.apis is not None
+        while True:
+            size_bytes = await asyncio.wait_for(reader.readexactly(4), self.idle_timeout_s)
+            size = int.from_bytes(size_bytes, "big", signed=True)
+            if size <= 0 or size > self.max_request_bytes:
+                log.warning("Closing connection from %s: request size %d is outside 1..%d "
+                            "(socket.request.max.bytes)", host, size, self.max_request_bytes)
+                return
+            frame = await reader.readexactly(size)
+            response = await self._handle_frame(frame, host)
+            if response is None:
+                continue
+            if response is False:
+                return
+            await self._send(writer, response)
+
+    async def _handle_frame(self, frame: bytes, host: str) -> list[Any] | bool | None:
+        """The response parts, None when there is nothing to send, False to close the connection."""
+        assert self.apis is not None
+        try:
+            header = read_request_header(frame)
+        except (ProtocolDecodeError, UnsupportedVersionError) as exc:
+            log.warning("Closing connection from %s: unreadable request header (%s)", host, exc)
+            return False
+        if not self.apis.handles(header.api_key):
+            log.warning("Closing connection from %s: API key %d is not supported (client %s)", host,
+                        header.api_key, header.client_id)
+            return False
+        lo, hi = SUPPORTED_VERSIONS[header.api_key]
+        if header.api_key == ApiKey.API_VERSIONS and not lo <= header.api_version <= hi:
+            # Kafka answers with a v0 body listing only its ApiVersions range, so the client retries lower.
+            fallback = RequestHeader(header.api_key, 0, header.correlation_id, header.client_id)
+            return encode_response(fallback, {"error_code": UNSUPPORTED_VERSION,
+                                              "api_keys": [{"api_key": ApiKey.API_VERSIONS, "min_version": lo,
+                                                            "max_version": hi}]})
+        try:
+            header, body = decode_request(frame)
+        except UnsupportedVersionError as exc:
+            log.warning("Closing connection from %s: %s", host, exc)
+            return False
+        except ProtocolDecodeError as exc:
+            log.warning("Closing connection from %s: malformed %s v%d request (%s)", host,
+                        _api_name(header.api_key), header.api_version, exc)
+            return False
+        try:
+            body_out = await self.apis.handle(header, body, host)
+        except CloseConnection as exc:
+            log.info("Closing connection from %s: %s", host, exc)
+            return False
+        if body_out is None:
+            return None
+        return encode_response(header, body_out)
+
+    async def _send(self, writer: asyncio.StreamWriter, parts: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        i = 0
+        try:
+            while i < len(parts):
+                part = parts[i]
+                i += 1
+                if isinstance(part, FileRegion):
+                    with open(part.fd, "rb", buffering=0, closefd=True) as f:  # owns (and closes) the dup'd fd
+                        await writer.drain()
+                        sent = await loop.sendfile(writer.transport, f, part.position, part.size)
+                    if sent != part.size:  # the file shrank under us: the frame can't be completed
+                        raise ConnectionError(f"sent {sent} of {part.size} record bytes")
+                else:
+                    writer.write(part)
+            await writer.drain()
+        finally:
+            for part in parts[i:]:
+                if isinstance(part, FileRegion):
+                    os.close(part.fd)
+
+
+def _api_name(key: int) -> str:
+    try:
+        return ApiKey(key).name
+    except ValueError:
+        return f"API {key}"

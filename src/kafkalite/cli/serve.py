@@ -1,0 +1,64 @@
+"""`kafkalite serve`: run a broker on a data directory until SIGTERM or SIGINT, then shut down cleanly."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from typing import Any
+
+from kafkalite.broker.config import BrokerConfig
+from kafkalite.broker.server import Broker
+from kafkalite.errors import KafkaliteError
+
+log = logging.getLogger("kafkalite.broker")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run a Kafka-compatible broker",
+                       description="Serve a data directory over Kafka's wire protocol. Settings use Kafka's "
+                                   "server.properties names; the defaults listen on 127.0.0.1:9092 with data "
+                                   "in ./kafkalite-data.")
+    p.add_argument("--config", metavar="FILE", help="a server.properties file")
+    p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
+                   help="set one property, e.g. --override log.dirs=/data/k1 (repeatable; wins over --config)")
+    p.set_defaults(func=run)
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"--override expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+async def serve(config: BrokerConfig) -> None:
+    broker = Broker(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, broker.request_stop)
+    try:
+        await broker.start()
+        await broker.serve_until_stopped()
+    finally:
+        log.info("Shutting down: flushing logs, writing checkpoints and the clean-shutdown marker")
+        await broker.stop()
+
+
+def run(args: Any) -> int:
+    if not getattr(args, "verbose", 0):
+        logging.getLogger("kafkalite").setLevel(logging.INFO)  # a server says what it does by default
+    try:
+        config = BrokerConfig.load(args.config, parse_overrides(args.override))
+        asyncio.run(serve(config))
+    except (KafkaliteError, argparse.ArgumentTypeError) as exc:
+        print(f"kafkalite serve: {exc}")
+        return 1
+    except OSError as exc:
+        print(f"kafkalite serve: {exc} (is another broker using the port or the data directory?)")
+        return 1
+    return 0

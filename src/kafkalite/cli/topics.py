@@ -1,0 +1,95 @@
+"""`kafkalite topics`: create, delete, list and describe topics on a running broker, like kafka-topics.sh."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafkalite.client import KafkaClient, KafkaClientError, topics_of
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("topics", help="manage topics on a running broker (like kafka-topics.sh)")
+    p.add_argument("--bootstrap-server", default="127.0.0.1:9092", help="host:port of a broker")
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--create", action="store_true")
+    action.add_argument("--delete", action="store_true")
+    action.add_argument("--list", action="store_true")
+    action.add_argument("--describe", action="store_true")
+    p.add_argument("--topic", help="topic name (required for --create/--delete; filters --describe)")
+    p.add_argument("--partitions", type=int, default=-1, help="partitions of a new topic (default num.partitions)")
+    p.add_argument("--replication-factor", type=int, default=-1)
+    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="topic config of a new topic, e.g. cleanup.policy=compact (repeatable)")
+    p.add_argument("--if-not-exists", action="store_true")
+    p.add_argument("--if-exists", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: Any) -> int:
+    try:
+        with KafkaClient(args.bootstrap_server, client_id="kafkalite-topics") as client:
+            return _run(client, args)
+    except KafkaClientError as exc:
+        print(f"Error: {exc}")
+        return 1
+    except (ConnectionError, OSError) as exc:
+        print(f"Error: cannot reach the broker at {args.bootstrap_server}: {exc}")
+        return 1
+
+
+def _run(client: KafkaClient, args: Any) -> int:
+    if (args.create or args.delete) and not args.topic:
+        print("Error: --topic is required with --create and --delete")
+        return 2
+    if args.create:
+        configs = {}
+        for item in args.config:
+            k, sep, v = item.partition("=")
+            if not sep:
+                print(f"Error: --config expects KEY=VALUE, got {item!r}")
+                return 2
+            configs[k] = v
+        try:
+            client.create_topic(args.topic, args.partitions, args.replication_factor, configs)
+        except KafkaClientError as exc:
+            if args.if_not_exists and exc.error_code == 36:
+                return 0
+            raise
+        print(f"Created topic {args.topic}.")
+    elif args.delete:
+        try:
+            client.delete_topic(args.topic)
+        except KafkaClientError as exc:
+            if args.if_exists and exc.error_code == 3:
+                return 0
+            raise
+        print(f"Deleted topic {args.topic}.")
+    elif args.list:
+        for t in topics_of(client.metadata()):
+            print(t["name"])
+    else:
+        meta = client.metadata([args.topic] if args.topic else None)
+        found = False
+        for t in topics_of(meta):
+            if t["error_code"]:
+                raise KafkaClientError(t["error_code"], t["name"])
+            found = True
+            configs = [c for c in client.describe_topic_configs(t["name"]) if c.get("config_source") == 1]
+            cfg = ",".join(f"{c['name']}={c['value']}" for c in configs)
+            print(f"Topic: {t['name']}\tTopicId: {_b64(t.get('topic_id'))}\tPartitionCount: {len(t['partitions'])}"
+                  f"\tReplicationFactor: {len(t['partitions'][0]['replica_nodes']) if t['partitions'] else 0}"
+                  f"\tConfigs: {cfg}")
+            for p in sorted(t["partitions"], key=lambda p: p["partition_index"]):
+                print(f"\tTopic: {t['name']}\tPartition: {p['partition_index']}\tLeader: {p['leader_id']}"
+                      f"\tReplicas: {','.join(map(str, p['replica_nodes']))}"
+                      f"\tIsr: {','.join(map(str, p['isr_nodes']))}")
+        if args.topic and not found:
+            print(f"Error: topic {args.topic} does not exist")
+            return 1
+    return 0
+
+
+def _b64(topic_id: Any) -> str:
+    from kafkalite.storage.checkpoint import uuid_to_base64
+
+    return uuid_to_base64(topic_id) if topic_id is not None else "-"

@@ -1,0 +1,61 @@
+"""Kafka's error codes for the group APIs, and the exception that carries one through the coordinator.
+
+The coordinator answers with codes inside response bodies rather than failing requests, so most paths
+return an `Errors` member; `CoordinatorError` is for the few places where a check deep inside (member
+validation, an append to `__consumer_offsets`) must abort the whole operation. It derives from
+KafkaliteError like every other kafkalite error, so `error_code` means the same everywhere.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from kafkalite.errors import KafkaliteError, KafkaStorageError, RecordBatchTooLargeError, RecordTooLargeError
+
+
+class Errors(enum.IntEnum):
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    UNSUPPORTED_VERSION = 35
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+
+
+class CoordinatorError(KafkaliteError):
+    """A group operation refused with one of Kafka's codes."""
+
+    def __init__(self, error: Errors, message: str = "") -> None:
+        super().__init__(message or error.name)
+        self.error = error
+        self.error_code = int(error)
+
+
+def append_error(exc: BaseException) -> Errors:
+    """What a failed append to `__consumer_offsets` becomes in a group response (Kafka maps storage
+    failures to NOT_COORDINATOR so clients look the coordinator up again, and size limits to a server
+    error, since no client action can fix them)."""
+    if isinstance(exc, KafkaStorageError | OSError):
+        return Errors.NOT_COORDINATOR
+    if isinstance(exc, RecordTooLargeError | RecordBatchTooLargeError):
+        return Errors.UNKNOWN_SERVER_ERROR
+    if isinstance(exc, CoordinatorError):
+        return exc.error
+    code = getattr(exc, "error_code", -1)
+    try:
+        return Errors(code)
+    except ValueError:
+        return Errors.UNKNOWN_SERVER_ERROR

@@ -1,0 +1,122 @@
+"""`__consumer_offsets` on disk: the coordinator's writes and the scan that rebuilds its state at start-up.
+
+Each group lives in one partition (`coordinator_key_partition`). A write is one record batch holding all
+the records of one operation (a commit of many partitions, a group deletion with all its offset
+tombstones), so it lands atomically, as Kafka's coordinator runtime writes it: magic 2, CreateTime =
+now, no producer id, compressed per `offsets.topic.compression.codec`. With one broker every appended
+offset is committed at once, so the high watermark follows the log end.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kafkalite.clock import Clock
+from kafkalite.coordinator.config import OFFSETS_TOPIC, CoordinatorConfig, coordinator_key_partition
+from kafkalite.manager.log_manager import LogManager
+from kafkalite.records import SimpleRecord, build_batch
+from kafkalite.records.compression import CompressionType
+from kafkalite.records.control import ControlRecordType, parse_control_type
+from kafkalite.storage.log import FetchIsolation, Log
+from kafkalite.storage.producer_state import AppendOrigin
+
+log = logging.getLogger("kafkalite.coordinator")
+
+RecordKV = tuple[bytes, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedRecord:
+    """One data record read back, with what transactional replay needs (producer id, -1 = none)."""
+
+    offset: int
+    producer_id: int
+    transactional: bool
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A transaction end marker: the producer's pending transactional records apply (commit) or vanish."""
+
+    offset: int
+    producer_id: int
+    commit: bool
+
+
+class OffsetsTopic:
+    def __init__(self, log_manager: LogManager, config: CoordinatorConfig, clock: Clock) -> None:
+        self.log_manager = log_manager
+        self.config = config
+        self.clock = clock
+        self.num_partitions = self._existing_partition_count() or config.offsets_topic_num_partitions
+        if self.num_partitions != config.offsets_topic_num_partitions:
+            # As Kafka: once the topic exists its partition count decides, or groups would move.
+            log.warning("%s has %d partitions on disk; offsets.topic.num.partitions=%d is ignored", OFFSETS_TOPIC,
+                        self.num_partitions, config.offsets_topic_num_partitions)
+        self._apply_topic_configs()
+
+    def _apply_topic_configs(self) -> None:
+        """Make the topic compacted with Kafka's segment size, also for partitions loaded from disk before
+        the coordinator existed (they open with the broker defaults). Overrides already set win."""
+        current = dict(self.log_manager.topic_configs.get(OFFSETS_TOPIC, {}))
+        wanted = {**self.config.offsets_topic_configs(), **current}
+        if wanted != current:
+            self.log_manager.update_topic_config(OFFSETS_TOPIC, wanted)
+
+    def _existing_partition_count(self) -> int:
+        found = [p for (t, p) in self.log_manager.logs if t == OFFSETS_TOPIC]
+        return max(found) + 1 if found else 0
+
+    def partition_for(self, group_id: str) -> int:
+        return coordinator_key_partition(group_id, self.num_partitions)
+
+    def log(self, partition: int) -> Log:
+        return self.log_manager.get_or_create_log(OFFSETS_TOPIC, partition)  # topic configs set in __init__
+
+    def ensure_created(self) -> None:
+        """Create every partition (what Kafka does on the first FindCoordinator for a group)."""
+        for p in range(self.num_partitions):
+            self.log(p)
+
+    def append(self, partition: int, records: list[RecordKV]) -> int:
+        """Append one batch and commit it; returns its base offset. Storage errors propagate."""
+        if not records:
+            return -1
+        now = self.clock.milliseconds()
+        batch = build_batch([SimpleRecord(k, v, now) for k, v in records],
+                            compression=CompressionType(self.config.offsets_topic_compression_codec))
+        if self.log_manager.get_log(OFFSETS_TOPIC, partition) is None:
+            # The topic comes into being whole, as in Kafka: the partition count on disk is what decides
+            # where each group lives after a restart, so it must never be partial.
+            self.ensure_created()
+        lg = self.log(partition)
+        epoch = lg.latest_epoch
+        info = lg.append_as_leader(batch, 0 if epoch is None or epoch < 0 else epoch, AppendOrigin.COORDINATOR)
+        lg.update_high_watermark(lg.log_end_offset)
+        return info.first_offset
+
+    def read(self, partition: int) -> Iterator[LoadedRecord | TxnMarker]:
+        """Every record of a partition from its log start to its log end (what the loader replays)."""
+        lg = self.log_manager.get_log(OFFSETS_TOPIC, partition)
+        if lg is None:
+            return
+        start = lg.log_start_offset
+        for batch in lg.batches(start, FetchIsolation.LOG_END):
+            if batch.is_control:
+                for r in batch.records():
+                    kind = parse_control_type(r.key)
+                    if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+                        yield TxnMarker(r.offset, batch.producer_id, kind is ControlRecordType.COMMIT)
+                continue
+            for r in batch.records():
+                if r.offset < start:
+                    continue
+                yield LoadedRecord(r.offset, batch.producer_id, batch.is_transactional, r.key, r.value)
+        lg.update_high_watermark(lg.log_end_offset)
+
+    def existing_partitions(self) -> list[int]:
+        return sorted(p for (t, p) in list(self.log_manager.logs) if t == OFFSETS_TOPIC)

@@ -1,0 +1,79 @@
+"""A real `kafkalite serve` process for client tests: a free loopback port, a tmp data dir, SIGTERM at the end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, overrides: dict[str, object] | None = None, port: int | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        props = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}", "log.dirs": str(data_dir),
+                 "group.initial.rebalance.delay.ms": 0, **(overrides or {})}
+        self.args = [sys.executable, "-m", "kafkalite.cli.main", "serve"]
+        for k, v in props.items():
+            self.args += ["--override", f"{k}={v}"]
+        self.log_path = data_dir.parent / f"broker-{self.port}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 60) -> BrokerProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"broker did not listen within {timeout_s}s:\n{self.output()}")
+
+    def output(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-5000:]
+        except OSError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self._log.close()
+        return rc
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+
+@contextmanager
+def running_broker(data_dir: Path, **overrides: object):
+    b = BrokerProcess(data_dir, overrides).start()
+    try:
+        yield b
+    finally:
+        rc = b.stop()
+        assert rc == 0, f"broker exit code {rc}:\n{b.output()}"
