@@ -351,3 +351,17 @@ def test_serves_a_data_dir_written_by_an_independent_writer(tmp_path):
             [(o, k, v, ts, h) for o, k, v, ts, h in expected]
     finally:
         assert b.stop() == 0, b.output()
+
+
+def test_idle_connections_are_closed_after_connections_max_idle_ms(tmp_path):
+    b = BrokerProcess(tmp_path / "data", {"connections.max.idle.ms": 400}).start()
+    try:
+        with connect(b) as idle, connect(b) as busy:
+            idle.settimeout(10)
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:  # a connection in use stays open
+                assert raw_call(busy, ApiKey.API_VERSIONS, 0, {})[0] == 7
+                time.sleep(0.1)
+            assert idle.recv(10) == b""  # closed by the broker, without a request
+    finally:
+        assert b.stop() == 0, b.output()

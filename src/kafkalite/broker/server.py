@@ -50,6 +50,8 @@ class Broker:
         self.coordinator: Any = None
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
+        self._writers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._last_active: dict[asyncio.Task[None], float] = {}
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
         self.max_request_bytes = config.get("socket.request.max.bytes")
@@ -80,6 +82,7 @@ class Broker:
         for server in self._servers:
             await server.start_serving()
         self._background.append(asyncio.create_task(self.replicas.run_checkpoints(self._stop)))
+        self._background.append(asyncio.create_task(self._close_idle_connections()))
         log.info("kafkalite broker %d started in %.1f s: listening on %s, data in %s, %d partitions",
                     cfg.node_id, time.perf_counter() - started,
                     ", ".join(f"{h}:{p}" for h, p in self.addresses()),
@@ -145,10 +148,26 @@ class Broker:
 
     # --- connections ------------------------------------------------------------------------------
 
+    async def _close_idle_connections(self) -> None:
+        """connections.max.idle.ms, checked by one sweeper rather than a timer per read (cheaper per request)."""
+        period = max(0.05, min(self.idle_timeout_s / 4, 30.0))
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for task, last in list(self._last_active.items()):
+                if now - last > self.idle_timeout_s:
+                    writer = self._writers.get(task)
+                    if writer is not None:
+                        log.info("Closing connection from %s: idle for more than connections.max.idle.ms",
+                                 writer.get_extra_info("peername"))
+                        writer.close()
+                    self._last_active.pop(task, None)
+
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        self._writers[task] = writer
         peer = writer.get_extra_info("peername")
         host = peer[0] if peer else "?"
         sock = writer.get_extra_info("socket")
@@ -165,14 +184,18 @@ class Broker:
             log.exception("Unexpected error serving %s; closing the connection", peer)
         finally:
             self._connections.discard(task)
+            self._writers.pop(task, None)
+            self._last_active.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
         assert self.apis is not None
+        task = asyncio.current_task()
         while True:
-            size_bytes = await asyncio.wait_for(reader.readexactly(4), self.idle_timeout_s)
+            self._last_active[task] = time.monotonic()  # type: ignore[index]
+            size_bytes = await reader.readexactly(4)
             size = int.from_bytes(size_bytes, "big", signed=True)
             if size <= 0 or size > self.max_request_bytes:
                 log.warning("Closing connection from %s: request size %d is outside 1..%d "

@@ -1,0 +1,66 @@
+"""The operator's CLI against a running broker: `kafkalite topics`, `produce`, `consume`, and `serve` errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.brokerutil import BrokerProcess
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("cli") / "data").start()
+    yield b
+    assert b.stop() == 0, b.output()
+
+
+def kl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kafkalite.cli.main", *args], input=stdin, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_topics_create_list_describe_delete(broker):
+    bs = ["--bootstrap-server", broker.bootstrap]
+    r = kl("topics", *bs, "--create", "--topic", "orders", "--partitions", "3", "--config", "retention.ms=86400000")
+    assert r.returncode == 0 and "Created topic orders." in r.stdout, r.stdout + r.stderr
+    r = kl("topics", *bs, "--create", "--topic", "orders")
+    assert r.returncode == 1 and "TOPIC_ALREADY_EXISTS" in r.stdout
+    assert kl("topics", *bs, "--create", "--topic", "orders", "--if-not-exists").returncode == 0
+    assert "orders" in kl("topics", *bs, "--list").stdout.split()
+    r = kl("topics", *bs, "--describe", "--topic", "orders")
+    assert r.returncode == 0, r.stdout
+    assert "PartitionCount: 3" in r.stdout and "retention.ms=86400000" in r.stdout
+    assert r.stdout.count("\tPartition: ") == 3 and "Leader: 1" in r.stdout
+    r = kl("topics", *bs, "--create", "--topic", "bad/name")
+    assert r.returncode == 1 and "INVALID_TOPIC_EXCEPTION" in r.stdout
+    assert kl("topics", *bs, "--delete", "--topic", "orders").returncode == 0
+    assert "orders" not in kl("topics", *bs, "--list").stdout.split()
+    r = kl("topics", *bs, "--delete", "--topic", "orders")
+    assert r.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in r.stdout
+
+
+def test_console_produce_and_consume(broker):
+    bs = ["--bootstrap-server", broker.bootstrap]
+    assert kl("topics", *bs, "--create", "--topic", "lines").returncode == 0
+    lines = "".join(f"user-{i}:clicked {i}\n" for i in range(25))
+    r = kl("produce", *bs, "--topic", "lines", "--key-separator", ":", "--compression-codec", "zstd", stdin=lines)
+    assert r.returncode == 0, r.stderr
+    r = kl("consume", *bs, "--topic", "lines", "--from-beginning", "--max-messages", "25",
+           "--property", "print.key=true", "--property", "print.offset=true")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"Offset:{i}\tuser-{i}\tclicked {i}" for i in range(25)]
+
+
+def test_cli_reports_an_unreachable_broker():
+    r = kl("topics", "--bootstrap-server", "127.0.0.1:1", "--list")
+    assert r.returncode == 1 and "cannot reach the broker" in r.stdout
+
+
+def test_serve_refuses_a_bad_config_and_a_locked_data_dir(broker, tmp_path):
+    r = kl("serve", "--override", "num.partitions=zero", "--override", f"log.dirs={tmp_path / 'x'}")
+    assert r.returncode == 1 and "num.partitions" in r.stdout
+    r = kl("serve", "--override", f"log.dirs={broker.data_dir}", "--override", "listeners=PLAINTEXT://127.0.0.1:0")
+    assert r.returncode == 1 and "lock" in r.stdout
