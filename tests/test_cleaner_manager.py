@@ -86,15 +86,13 @@ def test_delete_during_cleaning_aborts_it(tmp_path):
     lg = lm.get_or_create_log("compacted", 0)
     fill(lg, 400)
     entered, release = threading.Event(), threading.Event()
-    cleaner = lm.cleaner
-    original = cleaner.manager.check_cleaning_aborted
 
-    def slow_check(tp):
+    def stalled_io(seconds: float) -> None:  # the I/O throttle's sleep holds the cleaning mid-way
         entered.set()
         release.wait(5)
-        original(tp)
 
-    cleaner.manager.check_cleaning_aborted = slow_check
+    cleaner = lm.cleaner
+    cleaner.throttler = Throttler(1.0, check_interval_ms=0, sleep=stalled_io)
     worker = threading.Thread(target=cleaner.clean_now, args=("compacted", 0))
     worker.start()
     assert entered.wait(5)

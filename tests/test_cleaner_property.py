@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafkalite.cleaner.config import CleanerConfig
@@ -29,7 +29,7 @@ ops = st.lists(
         st.tuples(st.just("clean"), st.sampled_from([3, 8, 64, 4096])),
         st.tuples(st.just("sleep"), st.integers(0, 2 * RETENTION)),
     ),
-    max_size=40,
+    max_size=30,
 )
 
 
@@ -67,6 +67,7 @@ def _check(lg: Log, written: dict[int, tuple[bytes, bytes | None]]) -> list:
     return got
 
 
+@settings(max_examples=50)  # each example builds and cleans a real log several times
 @given(ops)
 def test_cleaning_keeps_the_latest_value_of_every_key(steps):
     root = Path(tempfile.mkdtemp(prefix="cleaner-prop-"))

@@ -60,22 +60,28 @@ def frame(buf: PaddedBuffer) -> tuple[list[Batch], int]:
     raw = buf.raw
     n = buf.n
     out: list[Batch] = []
+    append = out.append
     pos = 0
     unpack = HEADER.unpack_from
-    while n - pos >= HEADER_SIZE_UP_TO_MAGIC:
-        at = FRONT_PAD + pos
-        length = int.from_bytes(raw[at + 8 : at + 12], "big", signed=True)
-        if length < MIN_BATCH_LENGTH:
-            raise CorruptRecordError(f"record size {length} at byte {pos} is smaller than the minimum 14")
-        size = length + LOG_OVERHEAD
-        if pos + size > n:
+    end = FRONT_PAD + n
+    at = FRONT_PAD
+    while end - at >= HEADER_SIZE_UP_TO_MAGIC:
+        if end - at < RECORD_BATCH_OVERHEAD:
+            if int.from_bytes(raw[at + 8 : at + 12], "big", signed=True) < MIN_BATCH_LENGTH:
+                raise CorruptRecordError(f"record size below the minimum 14 at byte {at - FRONT_PAD}")
             break
-        if size < RECORD_BATCH_OVERHEAD or raw[at + 16] != MAGIC_V2:
-            raise CorruptRecordError(f"unsupported batch at byte {pos}: magic {raw[at + 16]}, size {size} "
+        (base, length, epoch, magic, _crc, attrs, lod, bts, max_ts, pid, pe, bseq, count) = unpack(raw, at)
+        if length < MIN_BATCH_LENGTH:
+            raise CorruptRecordError(f"record size {length} at byte {at - FRONT_PAD} is smaller than the minimum 14")
+        size = length + LOG_OVERHEAD
+        if at + size > end:
+            break
+        if size < RECORD_BATCH_OVERHEAD or magic != MAGIC_V2:
+            raise CorruptRecordError(f"unsupported batch at byte {at - FRONT_PAD}: magic {magic}, size {size} "
                                      "(only the v2 record format is cleaned)")
-        (base, _l, epoch, _m, _crc, attrs, lod, bts, max_ts, pid, pe, bseq, count) = unpack(raw, at)
-        out.append(Batch(at, size, base, epoch, attrs, lod, bts, max_ts, pid, pe, bseq, count))
-        pos += size
+        append(Batch(at, size, base, epoch, attrs, lod, bts, max_ts, pid, pe, bseq, count))
+        at += size
+    pos = at - FRONT_PAD
     return out, pos
 
 
@@ -94,7 +100,7 @@ class Decoded:
         return hash_keys(self.buf, r.key_start[sel], r.key_len[sel])
 
 
-def decode(buf: PaddedBuffer, batches: list[Batch], chosen: list[int]) -> list[Decoded]:
+def decode(buf: PaddedBuffer, batches: list[Batch], chosen: list[int], values: bool = True) -> list[Decoded]:
     """Decode the records of the chosen batches: one group for uncompressed batches, read in place,
     and one for compressed batches, decompressed into a side buffer."""
     plain = [i for i in chosen if not batches[i].attributes & COMPRESSION_CODEC_MASK]
@@ -104,7 +110,7 @@ def decode(buf: PaddedBuffer, batches: list[Batch], chosen: list[int]) -> list[D
         sel = [batches[i] for i in plain]
         starts = np.fromiter((b.pos + RECORD_BATCH_OVERHEAD for b in sel), dtype=np.int64, count=len(sel))
         ends = np.fromiter((b.pos + b.size for b in sel), dtype=np.int64, count=len(sel))
-        groups.append(_decoded(buf, sel, plain, starts, ends))
+        groups.append(_decoded(buf, sel, plain, starts, ends, values))
     if packed:
         sel = [batches[i] for i in packed]
         raw = memoryview(buf.raw)
@@ -113,18 +119,20 @@ def decode(buf: PaddedBuffer, batches: list[Batch], chosen: list[int]) -> list[D
         side = PaddedBuffer.of(b"".join(payloads))
         lengths = np.fromiter((len(p) for p in payloads), dtype=np.int64, count=len(payloads))
         ends = np.cumsum(lengths) + FRONT_PAD
-        groups.append(_decoded(side, sel, packed, ends - lengths, ends))
+        groups.append(_decoded(side, sel, packed, ends - lengths, ends, values))
     return groups
 
 
 def _decoded(buf: PaddedBuffer, sel: list[Batch], chosen: list[int], starts: np.ndarray,
-             ends: np.ndarray) -> Decoded:
+             ends: np.ndarray, values: bool) -> Decoded:
     counts = np.fromiter((b.count for b in sel), dtype=np.int64, count=len(sel))
-    records = decode_records(buf, starts, ends, counts)
+    records = decode_records(buf, starts, ends, counts, values)
     base = np.fromiter((b.base_offset for b in sel), dtype=np.int64, count=len(sel))
+    offsets = base[records.batch] + records.offset_delta
+    if not values:
+        return Decoded(buf, chosen, records, offsets, offsets)
     base_ts = np.fromiter((b.max_timestamp if b.attributes & TIMESTAMP_TYPE_MASK else b.base_timestamp
                            for b in sel), dtype=np.int64, count=len(sel))
     log_append = np.fromiter((bool(b.attributes & TIMESTAMP_TYPE_MASK) for b in sel), dtype=bool, count=len(sel))
-    offsets = base[records.batch] + records.offset_delta
     timestamps = base_ts[records.batch] + np.where(log_append[records.batch], 0, records.ts_delta)
     return Decoded(buf, chosen, records, offsets, timestamps)

@@ -209,7 +209,7 @@ class Cleaner:
             else:
                 chosen.append(i)
         offsets, h1s, h2s = [], [], []
-        for d in decode(buf, batches, chosen) if chosen else []:
+        for d in decode(buf, batches, chosen, values=False) if chosen else []:
             r = d.records
             sel = np.flatnonzero((r.key_len >= 0) & (d.offsets >= start))
             h1, h2 = d.key_hashes(sel)

@@ -58,14 +58,14 @@ class OffsetMap:
         step = (h2 % np.uint64(max(self.slots - 1, 1))).astype(np.int64) + 1
         return (h1 % s).astype(np.int64), step
 
-    def _locate(self, h1: np.ndarray, h2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For each key: (its slot, True), or (the first empty slot of its probe sequence, False).
-
-        A key absent from a completely full map gets slot -1.
+    def _locate(self, h1: np.ndarray, h2: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For each key: (its slot, True, its stored offset + 1), or (the first empty slot of its probe
+        sequence, False, 0). A key absent from a completely full map gets slot -1.
         """
         n = len(h1)
         slot = np.full(n, -1, dtype=np.int64)
         found = np.zeros(n, dtype=bool)
+        stored = np.zeros(n, dtype=np.int64)
         pos, step = self._start(h1, h2)
         todo = np.arange(n)
         a1, a2 = h1, h2
@@ -77,15 +77,17 @@ class OffsetMap:
             match = occupied & (rows[:, 0].view(np.uint64) == a1) & (rows[:, 1].view(np.uint64) == a2)
             done = match | ~occupied
             if done.any():
-                slot[todo[done]] = pos[done]
-                found[todo[done]] = match[done]
+                at = todo[done]
+                slot[at] = pos[done]
+                found[at] = match[done]
+                stored[at] = rows[done, 2]
                 left = ~done
                 todo, pos, step, a1, a2 = todo[left], pos[left], step[left], a1[left], a2[left]
             attempt += 1
             if attempt > self.slots + _DOUBLE_HASH_ROUNDS:
                 break
             pos = (pos + (step if attempt < _DOUBLE_HASH_ROUNDS else 1)) % self.slots
-        return slot, found
+        return slot, found, stored
 
     def _insert(self, h1: np.ndarray, h2: np.ndarray, stored: np.ndarray) -> None:
         """Insert distinct keys known to be absent; several may race for one empty slot per round.
@@ -137,7 +139,7 @@ class OffsetMap:
         first_idx = np.minimum.reduceat(order, group_starts)
         last_idx = np.maximum.reduceat(order, group_starts)
         u1, u2 = s1[group_starts], s2[group_starts]
-        slot, found = self._locate(u1, u2)
+        slot, found, _ = self._locate(u1, u2)
         if self.size + int((~found).sum()) > limit - 1:
             is_new = np.zeros(n, dtype=np.int64)
             is_new[first_idx[~found]] = 1
@@ -159,10 +161,8 @@ class OffsetMap:
         self.lookups += len(h1)
         if not len(h1):
             return np.zeros(0, dtype=np.int64)
-        slot, found = self._locate(h1, h2)
-        out = np.full(len(h1), -1, dtype=np.int64)
-        out[found] = self._off[slot[found]] - 1
-        return out
+        _, _, stored = self._locate(h1, h2)
+        return stored - 1
 
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset
@@ -172,7 +172,7 @@ class OffsetMap:
     def put(self, key: bytes, offset: int) -> None:
         a, b = hash_key(key)
         h1, h2 = np.array([a], dtype=np.uint64), np.array([b], dtype=np.uint64)
-        slot, found = self._locate(h1, h2)
+        slot, found, _ = self._locate(h1, h2)
         if found[0]:
             self._off[slot[0]] = offset + 1
         elif self.size >= self.slots:

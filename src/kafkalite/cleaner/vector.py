@@ -80,15 +80,16 @@ class PaddedBuffer:
 # --- varints ------------------------------------------------------------------------------------
 
 
-def read_varints(buf: PaddedBuffer, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def read_varints(buf: PaddedBuffer, pos: np.ndarray, small: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Zigzag varints at absolute positions of `buf.raw`: (values, sizes in bytes), both int64.
 
     One- and two-byte varints (lengths below 8 KiB, small deltas) are one table lookup on the
     16-bit window at each position; if any is longer, the whole array takes the general path on
     8-byte words. A varint longer than 8 bytes (only huge timestamp deltas) is decoded alone.
+    `small` tries one-byte varints first (timestamp and offset deltas, key lengths).
     """
-    b0 = buf.array[pos]
-    if len(pos) and b0.max() < 0x80:  # all one byte: a byte gather is 4x cheaper than a 16-bit one
+    # all one byte: a byte gather is 4x cheaper than a 16-bit one
+    if small and len(pos) and (b0 := buf.array[pos]).max() < 0x80:
         return _ZIGZAG1[b0], _ONES[: len(pos)] if len(pos) <= len(_ONES) else np.ones(len(pos), dtype=np.int64)
     w = buf.halves[pos]
     size = _SIZE2[w]
@@ -133,13 +134,14 @@ class RecordArrays:
     offset_delta: np.ndarray
     key_start: np.ndarray
     key_len: np.ndarray  # -1: no key
-    value_len: np.ndarray  # -1: no value (a tombstone)
+    value_len: np.ndarray  # -1: no value (a tombstone); not decoded (a copy of key_len) for the key map
 
     def __len__(self) -> int:
         return len(self.batch)
 
 
-def decode_records(buf: PaddedBuffer, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray) -> RecordArrays:
+def decode_records(buf: PaddedBuffer, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray,
+                   values: bool = True) -> RecordArrays:
     """Decode the records sections [starts[b], ends[b]) (absolute positions) holding counts[b] records.
 
     Raises InvalidRecordError where Kafka's record iterator would: a section that does not hold
@@ -150,17 +152,10 @@ def decode_records(buf: PaddedBuffer, starts: np.ndarray, ends: np.ndarray, coun
     first = np.zeros(nb + 1, dtype=np.int64)
     np.cumsum(counts, out=first[1:])
     total = int(first[-1])
-    rec_start = _locate_records(buf, starts.astype(np.int64), ends.astype(np.int64), counts, first)
-    length, size = read_varints(buf, rec_start)
-    body = rec_start + size
-    rec_end = body + length
-    if total:
-        # the chase above trusted the lengths; prove now that they tile every batch exactly
-        last = first[1:] - 1
-        nonempty = counts > 0
-        if ((length < 1).any() or (rec_end[:-1] != rec_start[1:])[~_batch_last_mask(first, total)].any()
-                or (rec_end[last[nonempty]] != ends[nonempty]).any()):
-            raise InvalidRecordError("record sizes do not add up to the batch size")
+    ends = ends.astype(np.int64)
+    rec_start, body, rec_end = _locate_records(buf, starts.astype(np.int64), ends, counts, first)
+    if total and (rec_end <= body).any():  # a wild (negative) length sent the walk backwards
+        raise InvalidRecordError("invalid record size")
     if ((counts == 0) & (starts != ends)).any():
         raise InvalidRecordError("incorrect declared batch size, records still remaining")
     batch = np.repeat(np.arange(nb, dtype=np.int64), counts)
@@ -174,54 +169,61 @@ def decode_records(buf: PaddedBuffer, starts: np.ndarray, ends: np.ndarray, coun
     key_start = kl_pos + kl_size
     vl_pos = key_start + np.maximum(key_len, 0)
     _check_within(vl_pos, rec_end)
-    value_len, vl_size = read_varints(buf, vl_pos)
-    _check_within(vl_pos + vl_size + np.maximum(value_len, 0), rec_end + 1)
+    if values:  # building the key map needs no value lengths
+        value_len, vl_size = read_varints(buf, vl_pos)
+        _check_within(vl_pos + vl_size + np.maximum(value_len, 0), rec_end + 1)
+    else:
+        value_len = key_len
     return RecordArrays(first, batch, rec_start, rec_end, ts_pos, off_pos, ts_delta, offset_delta, key_start,
                         key_len, value_len)
 
 
-def _batch_last_mask(first: np.ndarray, total: int) -> np.ndarray:
-    """For consecutive record pairs (i, i + 1): True where record i is its batch's last."""
-    mask = np.zeros(max(total - 1, 0), dtype=bool)
-    lasts = first[1:-1] - 1
-    mask[lasts[(lasts >= 0) & (lasts < total - 1)]] = True
-    return mask
-
-
 def _locate_records(buf: PaddedBuffer, starts: np.ndarray, ends: np.ndarray, counts: np.ndarray,
-                    first: np.ndarray) -> np.ndarray:
-    """Start of every record, batch-major, found by following length varints in all batches at once.
+                    first: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, body start, end) of every record, batch-major, found by following the length varints
+    of all batches at once.
 
-    Batches are ordered by record count (most first) so that step i works on a prefix of them;
-    each step reads one or two bytes per batch. Lengths are not checked here (a wild one only
-    sends the walk astray); `decode_records` re-decodes them all and checks they tile each batch.
+    Batches are ordered by record count (most first) so that step i works on a prefix of them. A
+    record ends where the next one starts, and the walk of each batch must end exactly at the
+    batch's end, else the batch is invalid.
     """
     total = int(first[-1])
     if total == 0:
-        return np.zeros(0, dtype=np.int64)
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
     order = np.argsort(-counts, kind="stable")
     desc = counts[order]
     max_count = int(desc[0])
     remaining = np.searchsorted(-desc, -np.arange(max_count), side="left")  # batches with > i records
     row_off = np.zeros(max_count + 1, dtype=np.int64)
     np.cumsum(remaining, out=row_off[1:])
-    flat = np.empty(total, dtype=np.int64)
+    flat_start = np.empty(total, dtype=np.int64)
+    flat_body = np.empty(total, dtype=np.int64)
+    flat_end = np.empty(total, dtype=np.int64)
     pos = starts[order]
-    limit = len(buf.raw) - 2
-    for i in range(max_count):
-        k = int(remaining[i])
-        p = pos[:k]
-        flat[row_off[i] : row_off[i] + k] = p
-        length, size = read_varints(buf, p)
-        p += size
-        p += length
-        if int(p.max()) > limit or int(p.min()) < 0:
-            raise InvalidRecordError("a record length runs past the batch")
+    try:
+        for i in range(max_count):
+            k = int(remaining[i])
+            p = pos[:k]
+            lo, hi = row_off[i], row_off[i] + k
+            flat_start[lo:hi] = p
+            length, size = read_varints(buf, p, small=False)
+            p += size
+            flat_body[lo:hi] = p
+            p += length
+            flat_end[lo:hi] = p
+    except IndexError:  # a wild length walked off the buffer (a negative one is caught below)
+        raise InvalidRecordError("a record length runs past the batch") from None
+    if (pos != ends[order]).any():
+        raise InvalidRecordError("record sizes do not add up to the batch size")
     row = np.repeat(np.arange(max_count, dtype=np.int64), remaining)
     col = np.arange(total, dtype=np.int64) - row_off[row]
-    out = np.empty(total, dtype=np.int64)
-    out[first[order[col]] + row] = flat
-    return out
+    dest = first[order[col]] + row
+    out = np.empty((3, total), dtype=np.int64)
+    out[0, dest] = flat_start
+    out[1, dest] = flat_body
+    out[2, dest] = flat_end
+    return out[0], out[1], out[2]
 
 
 def _check_within(pos: np.ndarray, end: np.ndarray) -> None:

@@ -200,7 +200,7 @@ class LogManager:
             d.rp = d.recovery_points.read_or_empty()
             d.ls = d.log_starts.read_or_empty()
             for child in sorted(d.path.iterdir()):
-                if not child.is_dir():
+                if not child.is_dir() or child.name.startswith("."):  # hidden dirs belong to tools, not Kafka
                     continue
                 name = child.name
                 if name.endswith(names.DELETE_DIR_SUFFIX):
