@@ -365,3 +365,29 @@ def test_idle_connections_are_closed_after_connections_max_idle_ms(tmp_path):
             assert idle.recv(10) == b""  # closed by the broker, without a request
     finally:
         assert b.stop() == 0, b.output()
+
+
+def test_compacted_topic_is_cleaned_by_the_broker(tmp_path):
+    """A compacted topic created over the wire is compacted by the broker's own cleaner threads."""
+    b = BrokerProcess(tmp_path / "data", {"log.cleaner.backoff.ms": 100}).start()
+    try:
+        with KafkaClient(b.bootstrap) as c:
+            c.create_topic("compacted", 1, 1, {"cleanup.policy": "compact", "segment.bytes": "2000",
+                                               "min.cleanable.dirty.ratio": "0.01"})
+            for rnd in range(20):
+                c.produce("compacted", 0, bytes(build_batch([SimpleRecord(b"key-%d" % k, b"r%d" % rnd, now_ms())
+                                                             for k in range(5)])))
+            leo = c.list_offset("compacted", 0, -1)
+            deadline = time.monotonic() + 30
+            survivors: list = []
+            while time.monotonic() < deadline:
+                survivors = [r for _, batch in c.consume("compacted", 0, 0, until=leo, idle_timeout_s=1)
+                             for r in batch.records()]
+                if len(survivors) < 40:
+                    break
+                time.sleep(0.5)
+            assert len(survivors) < 40, "the cleaner never compacted the topic"
+            latest = {r.key: r.value for r in survivors}
+            assert latest == {b"key-%d" % k: b"r19" for k in range(5)}
+    finally:
+        assert b.stop() == 0, b.output()

@@ -20,6 +20,7 @@ from kafkalite.broker.apis import CloseConnection, KafkaApis
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import MetadataStore
 from kafkalite.broker.replica_manager import ReplicaManager
+from kafkalite.cleaner.config import CleanerConfig
 from kafkalite.coordinator import GroupCoordinator
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol import (
@@ -63,7 +64,8 @@ class Broker:
         started = time.perf_counter()
         cfg = self.config
         self.logs = await asyncio.to_thread(
-            LogManager, cfg.log_dirs, cfg.log_config(), cfg.manager_config(), topic_configs=self._saved_configs())
+            LogManager, cfg.log_dirs, cfg.log_config(), cfg.manager_config(), topic_configs=self._saved_configs(),
+            cleaner_config=CleanerConfig.from_broker_props(cfg.props))
         self.replicas = ReplicaManager(cfg, self.logs, MetadataStore(self.logs.dirs[0].path))
         self.replicas.startup()
         for li in cfg.listeners():
