@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import sys
 
-from bench import broker, cleaner, log, protocol, storage
+from bench import broker, cleaner, log, manager, protocol, spark, storage
 
 
 def main(argv: list[str]) -> int:
-    suites = {**storage.ALL, **log.ALL, **broker.ALL, **protocol.ALL, **cleaner.ALL}
+    suites = {**storage.ALL, **log.ALL, **broker.ALL, **protocol.ALL, **cleaner.ALL, **manager.ALL, **spark.ALL}
     chosen = argv or list(suites)
     unknown = [c for c in chosen if c not in suites]
     if unknown:

@@ -185,3 +185,24 @@ def test_many_partitions_parallel_load(tmp_path):
     assert len(lm.all_logs()) == 60 and seen[-1] == (60, 60)
     assert time.perf_counter() - t0 < 10
     lm.shutdown()
+
+
+def test_unclean_start_recovers_on_every_recovery_thread(tmp_path, caplog):
+    """num.recovery.threads.per.data.dir threads all take part in recovering after an unclean stop."""
+    import logging
+
+    lm, _ = manager([tmp_path / "d"])
+    for p in range(40):
+        lg = lm.get_or_create_log("many", p)
+        for _ in range(20):
+            lg.append_as_leader(build_batch([SimpleRecord(b"k", b"v" * 1000, T0)] * 50))
+    lm.shutdown()
+    (tmp_path / "d" / ".kafka_cleanshutdown").unlink()  # as after kill -9, before any checkpoint was written
+    (tmp_path / "d" / "recovery-point-offset-checkpoint").unlink()
+    caplog.set_level(logging.INFO)
+    lm = LogManager([tmp_path / "d"], config=ManagerConfig(num_recovery_threads_per_data_dir=4),
+                    scheduler=MockScheduler(MockClock()))
+    threads = {r.threadName for r in caplog.records if "recovering unflushed segment" in r.getMessage()}
+    assert len(lm.all_logs()) == 40
+    assert len(threads) == 4 and all(t.startswith("log-recovery") for t in threads), threads
+    lm.shutdown()

@@ -1,114 +1,237 @@
-"""`kafkalite demo`: the README's main command.
+"""`kafkalite demo`: the README's main command, a small data pipeline on an embedded data directory.
 
-Until the Spark pipeline exists, the demo exercises the storage engine end to end on the default
-data directory: it writes a realistic page-view stream into partition `events-0` through the
-partition `Log` (every codec, headers, rolling segments), reopens it as after a crash (recovery
-checks every batch and rebuilds the indexes), looks offsets up by time, applies size retention,
-and prints the first segment with dump-log. It replaces its own output on every run.
+1. A page-view stream (user ids, urls, timings, headers) goes into topic `events` (3 partitions) through
+   the LogManager, in Kafka's on-disk format, compressed batches of every codec.
+2. A Spark Structured Streaming query reads `events` with `readStream.format("kafkalite")` and maintains
+   per-user aggregates (views, time on page, last url) in the compacted topic `user-stats`, through the
+   kafkalite sink, exactly once per micro-batch.
+3. A second wave of events arrives; the same query restarts from its checkpoint and only reads the new data.
+4. The log cleaner compacts `user-stats`: one record per user remains, the latest.
+5. The demo prints what happened and writes `demo-report.html` (a chart of the most active users).
+
+Everything lives under the data dir (default ./kafkalite-data); the demo replaces its own topics, checkpoint
+and report on every run, so it can be run again.
 """
 
 from __future__ import annotations
 
-import io
+import html
+import json
+import os
 import random
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from kafkalite.clock import SYSTEM_CLOCK
+from kafkalite.manager.log_manager import LogManager, ManagerConfig
 from kafkalite.records import CompressionType, SimpleRecord, build_batch
-from kafkalite.scheduler import MockScheduler
-from kafkalite.storage.log import FetchIsolation, Log
-from kafkalite.storage.log_config import LogConfig
+from kafkalite.storage.log import FetchIsolation
 
 DEFAULT_DATA_DIR = Path("kafkalite-data")
-URLS = ["/", "/search", "/product/42", "/product/7", "/cart", "/checkout", "/help"]
+EVENTS, STATS = "events", "user-stats"
+PARTITIONS = 3
+URLS = ["/", "/search", "/product/42", "/product/7", "/cart", "/checkout", "/help", "/account"]
+STATS_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 64 * 1024, "min.cleanable.dirty.ratio": 0.01,
+                "delete.retention.ms": 0}
 
 
-def page_views(n: int, start_ms: int, seed: int = 7) -> list[SimpleRecord]:
-    rnd = random.Random(seed)
+def page_views(n: int, start_ms: int, users: int, rnd: random.Random) -> list[tuple[int, SimpleRecord]]:
+    """(partition, record): keyed by user, partitioned by user like Kafka's default partitioner would spread them."""
     out = []
+    weights = [1 / (i + 1) for i in range(users)]  # a few very active users, a long tail
     for i in range(n):
-        user = f"user-{rnd.randrange(50):02d}"
-        url = rnd.choice(URLS)
-        value = f'{{"user": "{user}", "url": "{url}", "ms": {rnd.randrange(20, 900)}}}'.encode()
-        out.append(SimpleRecord(user.encode(), value, start_ms + i * 10, [("source", b"demo")]))
+        u = rnd.choices(range(users), weights)[0]
+        user = f"user-{u:03d}"
+        value = json.dumps({"user": user, "url": rnd.choice(URLS), "ms": rnd.randrange(20, 900),
+                            "ts": start_ms + i}).encode()
+        out.append((u % PARTITIONS, SimpleRecord(user.encode(), value, start_ms + i, [("source", b"demo")])))
     return out
 
 
-def run(args: Any) -> int:
-    from kafkalite.cli.dump_log import Dumper
+def reset_topics(data_dir: Path) -> None:
+    """Delete the demo's topics of an earlier run the way a broker does (so the cleaner forgets them too)."""
+    manager = LogManager([data_dir], config=ManagerConfig(file_delete_delay_ms=0))
+    try:
+        for topic, partition in list(manager.logs):
+            if topic in (EVENTS, STATS):
+                manager.delete_log(topic, partition)
+        manager.delete_logs()
+    finally:
+        manager.shutdown()
 
-    data_dir = Path(args.data_dir)
-    part = data_dir / "events-0"
-    if part.exists():
-        shutil.rmtree(part)
-    config = LogConfig.from_props({"segment.bytes": 64 * 1024, "retention.bytes": 256 * 1024,
-                                   "index.interval.bytes": 1024})
-    now = SYSTEM_CLOCK.milliseconds()
-    views = page_views(args.records, now - args.records * 10)
+
+def write_events(data_dir: Path, views: list[tuple[int, SimpleRecord]]) -> float:
     codecs = list(CompressionType)
+    started = time.perf_counter()
+    with LogManager([data_dir]) as manager:
+        logs = [manager.get_or_create_log(EVENTS, p) for p in range(PARTITIONS)]
+        by_part: list[list[SimpleRecord]] = [[] for _ in range(PARTITIONS)]
+        for p, r in views:
+            by_part[p].append(r)
+        for p, records in enumerate(by_part):
+            for i in range(0, len(records), 500):
+                logs[p].append_as_leader(build_batch(records[i:i + 500], compression=codecs[(i // 500) % 5]))
+            logs[p].update_high_watermark(logs[p].log_end_offset)
+    return time.perf_counter() - started
+
+
+def spark_session() -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    import warnings
+
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("kafkalite-demo")
+             .config("spark.ui.enabled", "false")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.showConsoleProgress", "false")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    from kafkalite.spark import register
+
+    register(spark)
+    return spark
+
+
+def run_aggregation(spark: Any, data_dir: Path, checkpoint: Path) -> tuple[int, float]:
+    """One availableNow run of the streaming query; returns (input rows, seconds)."""
+    from pyspark.sql import functions as F
+
+    schema = "user STRING, url STRING, ms INT, ts LONG"
+    events = (spark.readStream.format("kafkalite").option("path", str(data_dir)).option("subscribe", EVENTS)
+              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 20000).load())
+    views = events.select(F.from_json(F.col("value").cast("string"), schema).alias("v")).select("v.*")
+    stats = views.groupBy("user").agg(F.count("*").alias("views"), F.sum("ms").alias("total_ms"),
+                                       F.max_by("url", "ts").alias("last_url"), F.max("ts").alias("last_ts"))
+    out = stats.select(F.col("user").cast("binary").alias("key"),
+                       F.to_json(F.struct("user", "views", "total_ms", "last_url", "last_ts"))
+                       .cast("binary").alias("value"))
+    def upsert(batch: Any, batch_id: int) -> None:
+        # Python data sources take streaming writes in append mode only, so the updated aggregates of each
+        # micro-batch are written as a batch; a replayed batch id rewrites the same values, which the
+        # compacted topic absorbs (latest value per key wins).
+        batch.write.format("kafkalite").option("path", str(data_dir)).option("topic", STATS).mode("append").save()
 
     started = time.perf_counter()
-    lg = Log(part, config, scheduler=MockScheduler(_Clock()))
-    for i in range(0, len(views), 50):
-        lg.append_as_leader(build_batch(views[i : i + 50], compression=codecs[(i // 50) % len(codecs)]), leader_epoch=0)
-    lg.update_high_watermark(lg.log_end_offset)
+    query = (out.writeStream.foreachBatch(upsert).option("checkpointLocation", str(checkpoint))
+             .outputMode("update").trigger(availableNow=True).start())
+    query.awaitTermination()
     elapsed = time.perf_counter() - started
-    print(f"Wrote {lg.log_end_offset} page views to {part} in {elapsed * 1000:.0f} ms "
-          f"({lg.log_end_offset / elapsed:,.0f} records/s), {lg.number_of_segments} segments, {lg.size:,} bytes")
-    lg.close(flush=False)  # no flush and no clean-shutdown marker: the next open must recover
+    rows = sum(p.get("numInputRows", 0) for p in query.recentProgress)
+    return rows, elapsed
 
+
+def compact_stats(data_dir: Path) -> tuple[int, int, int]:
+    """Roll and clean every user-stats partition; (records before, records after, segments cleaned)."""
+    before = after = cleaned = 0
+    with LogManager([data_dir], topic_configs={STATS: STATS_CONFIG}) as manager:
+        for p in range(PARTITIONS):
+            lg = manager.get_log(STATS, p)
+            if lg is None:
+                continue
+            before += _count(lg)
+            if lg.active_segment.size:
+                lg.roll()  # the active segment is never cleaned: close it so everything is eligible
+            lg.update_high_watermark(lg.log_end_offset)
+            if manager.cleaner is not None:
+                stats = manager.cleaner.clean_now(STATS, p)
+                cleaned += 1 if stats is not None else 0
+            after += _count(lg)
+    return before, after, cleaned
+
+
+def _count(lg: Any) -> int:
+    return sum(len(list(b.records())) for b in lg.batches(None, FetchIsolation.LOG_END))
+
+
+def latest_stats(spark: Any, data_dir: Path) -> list[dict[str, Any]]:
+    rows = (spark.read.format("kafkalite").option("path", str(data_dir)).option("subscribe", STATS).load()
+            .select("key", "value", "offset").collect())
+    latest: dict[bytes, tuple[int, dict[str, Any]]] = {}
+    for r in rows:
+        if r["value"] is not None and (r["key"] not in latest or latest[r["key"]][0] < r["offset"]):
+            latest[r["key"]] = (r["offset"], json.loads(bytes(r["value"])))
+    return sorted((v for _, v in latest.values()), key=lambda s: -s["views"])
+
+
+def write_report(path: Path, summary: list[tuple[str, str]], top: list[dict[str, Any]]) -> None:
+    width, bar_h = 640, 22
+    peak = max((s["views"] for s in top), default=1)
+    bars = []
+    for i, s in enumerate(top):
+        w = int((width - 200) * s["views"] / peak)
+        y = i * (bar_h + 6)
+        bars.append(f'<text x="0" y="{y + 16}" font-size="13">{html.escape(s["user"])}</text>'
+                    f'<rect x="90" y="{y}" width="{w}" height="{bar_h}" fill="#3b7dd8"/>'
+                    f'<text x="{96 + w}" y="{y + 16}" font-size="12">{s["views"]} views, '
+                    f'{s["total_ms"] / max(1, s["views"]):.0f} ms avg</text>')
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{len(top) * (bar_h + 6)}">'
+           + "".join(bars) + "</svg>")
+    table = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in summary)
+    path.write_text(f"<!doctype html><meta charset=utf-8><title>kafkalite demo</title>"
+                    f"<body style='font-family:sans-serif;max-width:760px;margin:2em auto'>"
+                    f"<h1>kafkalite demo pipeline</h1><table>{table}</table>"
+                    f"<h2>Most active users (from the compacted topic {STATS})</h2>{svg}</body>")
+
+
+def run(args: Any) -> int:
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = data_dir / ".demo-checkpoint"  # hidden: not a partition dir
+    reset_topics(data_dir)
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    rnd = random.Random(args.seed)
+    n1, n2 = int(args.records * 0.75), args.records - int(args.records * 0.75)
+    now = SYSTEM_CLOCK.milliseconds()
+    total_started = time.perf_counter()
+
+    wave1 = page_views(n1, now - 3_600_000, args.users, rnd)
+    secs = write_events(data_dir, wave1)
+    print(f"1. Wrote {n1:,} page views of {args.users} users to topic '{EVENTS}' ({PARTITIONS} partitions) in "
+          f"{secs * 1000:.0f} ms ({n1 / secs:,.0f} records/s), in Kafka's on-disk format under {data_dir}")
+
+    print("   Starting Spark (local[2]) ...", flush=True)
     started = time.perf_counter()
-    lg = Log(part, config, scheduler=MockScheduler(_Clock()), recovery_point=0, clean_shutdown=False)
-    print(f"Reopened after an unclean stop: checked every batch of {lg.number_of_segments} segments and rebuilt "
-          f"their indexes in {(time.perf_counter() - started) * 1000:.0f} ms; log end offset {lg.log_end_offset}")
-    lg.update_high_watermark(lg.log_end_offset)
-
-    middle = views[len(views) // 2].timestamp
-    found = lg.fetch_offset_by_timestamp(middle)
-    print(f"First page view at or after {middle}: offset {found.offset if found else None}")
-
-    deleted = lg.delete_old_segments()
-    print(f"Size retention (retention.bytes=256 KiB) deleted {deleted} segment(s); log start offset is now "
-          f"{lg.log_start_offset}, {lg.size:,} bytes left")
-
-    counts: dict[bytes, int] = {}
-    for batch in lg.batches(None, FetchIsolation.HIGH_WATERMARK):
-        for r in batch.records():
-            counts[r.key] = counts.get(r.key, 0) + 1
-    top = sorted(counts.items(), key=lambda kv: -kv[1])[:3]
-    print("Most active users still retained: " + ", ".join(f"{k.decode()} ({v})" for k, v in top))
-    first_log = lg.segments.peekitem(0)[1].log.path
-    lg.close()
-
-    buf = io.StringIO()
-    dumper = Dumper(buf, deep=args.print_records, print_data=args.print_records, as_json=False, max_bytes=None)
-    dumper.dump(first_log)
-    lines = buf.getvalue().splitlines()
-    print(f"\n$ kafkalite dump-log {first_log}  (first {min(len(lines), 8)} of {len(lines)} lines)")
-    print("\n".join(lines[:8]))
-    print(f"\nDone. The partition is in Kafka's layout under {part}; problems found: {dumper.problems}")
-    return 1 if dumper.problems else 0
-
-
-class _Clock:
-    """Wall-clock time for the scheduler the demo hands to its logs; their tasks run when they are due."""
-
-    def milliseconds(self) -> int:
-        return SYSTEM_CLOCK.milliseconds()
-
-    def nanoseconds(self) -> int:
-        return SYSTEM_CLOCK.nanoseconds()
-
-    def sleep(self, ms: int) -> None:
-        pass
+    spark = spark_session()
+    print(f"   Spark {spark.version} ready in {time.perf_counter() - started:.1f} s")
+    try:
+        rows1, secs1 = run_aggregation(spark, data_dir, checkpoint)
+        print(f"2. Streaming query read {rows1:,} events and updated per-user aggregates in topic '{STATS}' "
+              f"in {secs1:.1f} s ({rows1 / max(secs1, 1e-9):,.0f} rows/s)")
+        wave2 = page_views(n2, now - 60_000, args.users, rnd)
+        write_events(data_dir, wave2)
+        rows2, secs2 = run_aggregation(spark, data_dir, checkpoint)
+        print(f"3. {n2:,} new events arrived; the query resumed from its checkpoint and read exactly {rows2:,} "
+              f"rows in {secs2:.1f} s")
+        before, after, cleaned = compact_stats(data_dir)
+        print(f"4. The log cleaner compacted '{STATS}' ({cleaned} partition(s) cleaned): {before:,} aggregate "
+              f"records -> {after:,}, one per user")
+        top = latest_stats(spark, data_dir)
+    finally:
+        spark.stop()
+    for s in top[:5]:
+        print(f"   {s['user']}: {s['views']} views, {s['total_ms'] / max(1, s['views']):.0f} ms average, "
+              f"last on {s['last_url']}")
+    report = data_dir / "demo-report.html"
+    write_report(report, [("events written", f"{n1 + n2:,}"), ("users", str(len(top))),
+                          ("stream rows, run 1 / run 2", f"{rows1:,} / {rows2:,}"),
+                          ("user-stats records before / after compaction", f"{before:,} / {after:,}"),
+                          ("total time", f"{time.perf_counter() - total_started:.1f} s")], top[:15])
+    print(f"5. Report with a chart of the most active users: {report.resolve()}")
+    ok = rows1 == n1 and rows2 == n2 and after == len(top) and sum(s["views"] for s in top) == n1 + n2
+    print(f"Done in {time.perf_counter() - total_started:.1f} s; every event counted exactly once: {ok}")
+    return 0 if ok else 1
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("demo", help="write, recover, search and trim a sample partition, then dump it")
+    p = sub.add_parser("demo", help="run the demo pipeline: events -> Spark streaming aggregates -> compaction")
     p.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR), help="data directory (default: ./kafkalite-data)")
-    p.add_argument("--records", type=int, default=20000, help="page views to write (default 20000)")
-    p.add_argument("--print-records", action="store_true", help="include records in the dump")
+    p.add_argument("--records", type=int, default=40000, help="page views to generate (default 40000)")
+    p.add_argument("--users", type=int, default=200, help="distinct users (default 200)")
+    p.add_argument("--seed", type=int, default=7)
     p.set_defaults(func=run)

@@ -1,0 +1,84 @@
+"""One Spark task's work: the records of one offset range, as Arrow batches.
+
+Runs in executor Python workers, which see nothing of the driver but the pickled `OffsetRange`:
+it carries the backend spec and every flag `read` needs. Data loss is checked here, at read
+time, because retention may have moved the log start since the range was planned.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from kafkalite.spark.arrow_decode import decode_chunk
+from kafkalite.spark.backend import BackendSpec, SourceBackend, TopicPartition
+from kafkalite.spark.errors import DataLossError, UnknownTopicError
+
+log = logging.getLogger("kafkalite.spark")
+
+
+@dataclass
+class OffsetRange(InputPartition):
+    """Offsets [start, end) of one partition: one Spark input partition (a task)."""
+
+    spec: BackendSpec
+    topic: str
+    partition: int
+    start: int
+    end: int
+    include_headers: bool
+    fail_on_data_loss: bool
+    check_crcs: bool = True
+
+
+def read_range(r: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Decode the range's batches into RecordBatches of the source schema."""
+    if r.end <= r.start:
+        return
+    backend = r.spec.open_source()
+    tp = (r.topic, r.partition)
+    offset = _check_start(backend, r, tp, r.start)
+    if offset is None:
+        return
+    while True:
+        try:
+            for chunk, next_offset in backend.read(tp, offset, r.end):
+                batch = decode_chunk(chunk, r.topic, r.partition, offset, r.end, r.include_headers,
+                                     verify_crc=r.check_crcs)
+                if batch is not None:
+                    yield batch
+                offset = max(offset, next_offset)
+            break
+        except FileNotFoundError:
+            # retention or truncation removed a segment while it was being read
+            moved = _check_start(backend, r, tp, offset)
+            if moved is None or moved == offset:
+                raise
+            offset = moved
+    if offset < r.end:
+        _lost(r, f"{r.topic}-{r.partition} ends at offset {offset}, before the end of the range planned "
+                 f"({r.end}): the log was truncated or deleted since")
+
+
+def _check_start(backend: SourceBackend, r: OffsetRange, tp: TopicPartition, offset: int) -> int | None:
+    """Where reading can start: `offset`, or the log start if retention removed what is below it."""
+    try:
+        earliest = backend.earliest_offset(tp)
+    except UnknownTopicError:
+        _lost(r, f"partition {r.topic}-{r.partition} was deleted")
+        return None
+    if offset < earliest:
+        _lost(r, f"offsets {offset} to {earliest - 1} of {r.topic}-{r.partition} are gone (retention or "
+                 f"DeleteRecords moved its log start to {earliest}); some data was never read")
+        return earliest if earliest < r.end else None
+    return offset
+
+
+def _lost(r: OffsetRange, what: str) -> None:
+    if r.fail_on_data_loss:
+        raise DataLossError(f"{what}. Set failOnDataLoss=false to skip lost data instead of failing")
+    log.warning("%s; skipped (failOnDataLoss=false)", what)

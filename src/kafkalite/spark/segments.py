@@ -1,0 +1,301 @@
+"""Read-only access to one partition directory, safe while another process writes to it.
+
+The Spark reader runs in executor processes next to a possibly live writer (a broker, or a
+`LogManager` in an application), so nothing here takes the directory lock, opens a file for
+writing, or runs recovery. Files are opened read-only (`FileRecords(mutable=False)`), and every
+scan tolerates what a live or crashed writer leaves at the tail: a half-written batch, the zeros
+of a preallocated segment, a preallocated index whose unused slots read as zeros.
+
+Offsets are found with the segment's indexes, read from their valid prefix only.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from crc32c import crc32c
+
+from kafkalite.records.batch import HEADER, LOG_OVERHEAD, MAGIC_V2, PREFIX, RECORD_BATCH_OVERHEAD, RecordBatch
+from kafkalite.spark.arrow_decode import RawChunk
+from kafkalite.storage import names
+from kafkalite.storage.file_records import FileRecords
+
+CHUNK_BYTES = 8 << 20  # a chunk this size stays in the last-level cache while it is checked, walked, decoded
+_SCAN_WINDOW = 256 << 10
+_MIN_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
+_INT32 = struct.Struct(">i")
+_INT32_MAX = (1 << 31) - 1
+_INT64_MAX = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A `<base offset>.log` file of a partition and the paths of its indexes."""
+
+    base_offset: int
+    path: Path
+
+    @property
+    def offset_index(self) -> Path:
+        return names.offset_index_file(self.path.parent, self.base_offset)
+
+    @property
+    def time_index(self) -> Path:
+        return names.time_index_file(self.path.parent, self.base_offset)
+
+
+def list_segments(partition_dir: Path) -> list[Segment]:
+    """The live segments of a partition, by base offset; `.deleted`, `.cleaned`, `.swap` are not."""
+    found = []
+    try:
+        entries = os.listdir(partition_dir)
+    except FileNotFoundError:
+        return []
+    for name in entries:
+        if not name.endswith(names.LOG_SUFFIX) or name.count(".") != 1:
+            continue
+        try:
+            found.append(Segment(names.offset_from_file_name(name), partition_dir / name))
+        except ValueError:
+            continue
+    found.sort(key=lambda s: s.base_offset)
+    return found
+
+
+# --- indexes -----------------------------------------------------------------------------------
+
+
+def _index_entries(path: Path, dtype: np.dtype) -> np.ndarray:
+    """The entries of an index file that a writer has filled in, as a structured array.
+
+    A live segment's index is preallocated: slots past the last entry are zeros. Entries strictly
+    increase, so the filled prefix ends at the first entry that does not increase, found by
+    bisection without touching the rest of the (possibly 10 MiB) file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return np.empty(0, dtype=dtype)
+    try:
+        size = os.fstat(fd).st_size
+        count = size // dtype.itemsize
+        if count == 0:
+            return np.empty(0, dtype=dtype)
+        with mmap.mmap(fd, count * dtype.itemsize, access=mmap.ACCESS_READ) as mm:
+            entries = np.frombuffer(mm, dtype=dtype, count=count)
+            result = entries[: _filled_prefix(entries)].copy()
+            del entries  # the mapping cannot close while a view of it exists
+            return result
+    finally:
+        os.close(fd)
+
+
+def _filled_prefix(entries: np.ndarray) -> int:
+    """How many leading entries were written: they strictly increase in their first field, and the
+    zeros of unused slots do not (the first entry counts if it is not all zeros)."""
+    key, second = entries.dtype.names
+
+    def filled(i: int) -> bool:
+        if i == 0:
+            return bool(entries[0][second] > 0 or entries[0][key] > 0)
+        return bool(entries[i][key] > entries[i - 1][key])
+
+    lo, hi = 0, len(entries)  # invariant: entries[:lo] filled, entries[hi:] not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if filled(mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+_OFFSET_ENTRY = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
+_TIME_ENTRY = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
+
+
+def index_position(segment: Segment, offset: int) -> int:
+    """A batch boundary at or before `offset` in the segment: where a scan for it may start."""
+    entries = _index_entries(segment.offset_index, _OFFSET_ENTRY)
+    relative = min(max(offset - segment.base_offset, -1), _INT32_MAX)
+    slot = int(np.searchsorted(entries["relative_offset"], relative, side="right")) - 1
+    return int(entries["position"][slot]) if slot >= 0 else 0
+
+
+def time_index_offset(segment: Segment, timestamp: int) -> tuple[int, int]:
+    """(offset to start a search for `timestamp` at, the largest timestamp the index knows)."""
+    entries = _time_entries(segment)
+    if entries.size == 0:
+        return segment.base_offset, -1
+    slot = int(np.searchsorted(entries["timestamp"], min(timestamp, _INT64_MAX), side="right")) - 1
+    start = segment.base_offset + int(entries["relative_offset"][slot]) if slot >= 0 else segment.base_offset
+    return start, int(entries["timestamp"][-1])
+
+
+def _time_entries(segment: Segment) -> np.ndarray:
+    return _index_entries(segment.time_index, _TIME_ENTRY)
+
+
+# --- scanning ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TailScan:
+    """Where the readable data of a segment ends: after the last complete, valid batch."""
+
+    next_offset: int | None  # last offset + 1 of that batch; None when no batch was seen
+    position: int
+
+
+def scan_tail(segment: Segment, position: int, *, trust_crc_failures: bool = False) -> TailScan:
+    """Scan batch headers from a batch boundary to the end of the file, checking each batch's CRC.
+
+    Stops quietly at the first batch that is cut short, is not v2 or has an impossible length:
+    that is where a writer is writing now, or where a crashed one stopped, and what recovery would
+    truncate. Batches failing their CRC at the very end are left out too (a torn write, or one in
+    progress), unless `trust_crc_failures` (a dir shut down cleanly): then they count, and reading
+    them reports the corruption. A bad CRC followed by good batches is corruption, never a tail.
+    """
+    records = FileRecords(segment.path, mutable=False)
+    try:
+        pos = position
+        end = records.size
+        good = TailScan(None, position)  # after the last batch that passed its CRC
+        last = good  # after the last batch seen
+        while end - pos >= RECORD_BATCH_OVERHEAD:
+            window = records.read(pos, max(_SCAN_WINDOW, RECORD_BATCH_OVERHEAD))
+            at = 0
+            while len(window) - at >= RECORD_BATCH_OVERHEAD:
+                base, length, _e, magic, crc, _a, lod = HEADER.unpack_from(window, at)[:7]
+                size = length + LOG_OVERHEAD
+                if length < _MIN_LENGTH or magic != MAGIC_V2 or pos + at + size > end:
+                    return last if trust_crc_failures else good
+                if at + size > len(window):
+                    if at == 0:
+                        window = records.read(pos, size)
+                        if len(window) < size:
+                            return last if trust_crc_failures else good
+                    else:
+                        break
+                last = TailScan(base + lod + 1, pos + at + size)
+                if crc32c(memoryview(window)[at + 21 : at + size]) == crc:
+                    good = last
+                at += size
+            if at == 0:
+                break
+            pos += at
+        return last if trust_crc_failures or last.position == good.position else good
+    finally:
+        records.close()
+
+
+def complete_prefix(data: bytes | memoryview, end_offset: int) -> tuple[int, int | None, bool]:
+    """(bytes of whole batches at the start of `data`, next offset after them, reached end_offset).
+
+    Batches starting at or past `end_offset` are not included.
+    """
+    n = len(data)
+    at = 0
+    next_offset = None
+    while n - at >= LOG_OVERHEAD:
+        base, length = PREFIX.unpack_from(data, at)
+        if base >= end_offset:
+            return at, end_offset, True  # every offset below end_offset that exists was before this batch
+        if length < _MIN_LENGTH or at + length + LOG_OVERHEAD > n:
+            break
+        next_offset = base + _INT32.unpack_from(data, at + 23)[0] + 1
+        at += length + LOG_OVERHEAD
+        if next_offset >= end_offset:
+            return at, next_offset, True
+    return at, next_offset, False
+
+
+def read_range(segments: list[Segment], start: int, end: int,
+               chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[RawChunk, int]]:
+    """Chunks of whole batches covering offsets [start, end), each with the offset that follows it.
+
+    The first chunk may begin with records below `start` and the last may end past `end` (batches
+    are read whole); the decoder drops them. Stops early, without error, when the files end
+    before `end`: the caller compares the offset reached with what it expected. A segment deleted
+    since it was listed raises FileNotFoundError, for the caller to check the new log start.
+
+    Chunks are views of one buffer reused for the whole range (a fresh multi-MiB allocation per
+    chunk costs page faults comparable to decoding it): each is valid until the next is asked for.
+    """
+    first = 0
+    for i, seg in enumerate(segments):
+        if seg.base_offset <= start:
+            first = i
+    buffer = memoryview(bytearray(chunk_bytes))
+    for i in range(first, len(segments)):
+        seg = segments[i]
+        if seg.base_offset >= end:
+            return
+        records = FileRecords(seg.path, mutable=False)
+        try:
+            pos = index_position(seg, start) if i == first else 0
+            size = records.size
+            while pos < size:
+                got = os.preadv(records.fd, [buffer[: min(chunk_bytes, size - pos)]], pos)
+                data = buffer[:got]
+                cut, next_offset, done = complete_prefix(data, end)
+                if cut == 0 and not done:
+                    if got < LOG_OVERHEAD:
+                        break
+                    _, length = PREFIX.unpack_from(data, 0)
+                    if length < _MIN_LENGTH or pos + length + LOG_OVERHEAD > size:
+                        break  # a batch being written, or the zeros of a preallocated file
+                    data = memoryview(records.read(pos, length + LOG_OVERHEAD))  # larger than a chunk
+                    cut, next_offset, done = complete_prefix(data, end)
+                    if cut == 0:
+                        break
+                if cut:
+                    yield RawChunk(data[:cut], str(seg.path), pos), next_offset
+                if done:
+                    return
+                pos += cut
+        finally:
+            records.close()
+
+
+def offset_for_timestamp(segments: list[Segment], timestamp: int, earliest: int, latest: int) -> int | None:
+    """The first offset in [earliest, latest) whose record timestamp is >= `timestamp`, or None.
+
+    Kafka's ListOffsets by time: segments are tried in order; inside one, the time index says
+    where to start, and the records of the first batch whose max timestamp reaches the target
+    are opened to find the exact record.
+    """
+    for i, seg in enumerate(segments):
+        upper = segments[i + 1].base_offset if i + 1 < len(segments) else latest
+        if upper <= earliest:
+            continue
+        if seg.base_offset >= latest:
+            return None
+        start_offset, _known_max = time_index_offset(seg, timestamp)
+        start_offset = max(start_offset, earliest, seg.base_offset)
+        for chunk, _next in read_range([seg], start_offset, min(upper, latest)):
+            found = _first_at_or_after(chunk, timestamp, start_offset, latest)
+            if found is not None:
+                return found
+    return None
+
+
+def _first_at_or_after(chunk: RawChunk, timestamp: int, start: int, end: int) -> int | None:
+    view = memoryview(chunk.data)
+    at = 0
+    while at + RECORD_BATCH_OVERHEAD <= len(view):
+        header = HEADER.unpack_from(view, at)
+        size = header[1] + LOG_OVERHEAD
+        base, lod, max_ts, attrs = header[0], header[6], header[8], header[5]
+        if base + lod >= start and max_ts >= timestamp and not attrs & 0x20:
+            for r in RecordBatch(bytes(view[at : at + size])).records():
+                if start <= r.offset < end and r.timestamp >= timestamp:
+                    return r.offset
+        at += size
+    return None

@@ -1,0 +1,201 @@
+"""The Spark connector's Arrow codec, without Spark: decoding batches into Arrow and encoding rows.
+
+The reference is kafkalite's own record decoder (`RecordBatch.records()`), itself checked against
+kafka-python; the partitioner is checked against kafka-python's murmur2.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pyarrow as pa
+import pytest
+from conftest import T0
+from crc32c import crc32c
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kafkalite.records import (
+    ControlRecordType,
+    SimpleRecord,
+    TimestampType,
+    build_batch,
+    build_end_txn_marker,
+    iter_batches,
+)
+from kafkalite.records.compression import CompressionType
+from kafkalite.spark.arrow_decode import RawChunk, decode_chunk
+from kafkalite.spark.arrow_encode import build_batches, choose_partitions, murmur2
+from kafkalite.spark.errors import CorruptBatchError
+from kafkalite.spark.schema import arrow_schema
+
+HEADERS_TYPE = arrow_schema(True).field("headers").type
+
+maybe_bytes = st.one_of(st.none(), st.binary(max_size=300))
+header = st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=20)))
+record = st.builds(SimpleRecord, maybe_bytes, maybe_bytes, st.integers(T0 - 10**6, T0 + 10**6),
+                   st.lists(header, max_size=3).map(tuple))
+batches = st.lists(st.lists(record, min_size=1, max_size=40), min_size=1, max_size=6)
+
+
+def _log_bytes(groups: list[list[SimpleRecord]], codecs: list[CompressionType], gaps: int = 0) -> bytes:
+    out = bytearray()
+    offset = 0
+    for i, recs in enumerate(groups):
+        out += build_batch(recs, base_offset=offset, compression=codecs[i % len(codecs)])
+        offset += len(recs) + gaps
+    return bytes(out)
+
+
+def _expected(data: bytes, start: int, end: int) -> list:
+    return [r for b in iter_batches(data) if not b.is_control for r in b.records() if start <= r.offset < end]
+
+
+def _check(rb: pa.RecordBatch | None, expected: list, headers: bool = True) -> None:
+    if not expected:
+        assert rb is None
+        return
+    assert rb.schema == arrow_schema(headers)
+    d = rb.to_pydict()
+    assert d["offset"] == [r.offset for r in expected]
+    assert d["key"] == [r.key for r in expected]
+    assert d["value"] == [r.value for r in expected]
+    assert [int(t.timestamp() * 1000) for t in d["timestamp"]] == [r.timestamp for r in expected]
+    if headers:
+        got = [None if h is None else [(x["key"], x["value"]) for x in h] for h in d["headers"]]
+        assert got == [list(r.headers) or None for r in expected]
+
+
+@given(batches, st.sampled_from(list(CompressionType)), st.integers(0, 3), st.data())
+def test_decode_matches_the_record_decoder(groups, codec, gaps, data):
+    raw = _log_bytes(groups, [codec, CompressionType.NONE], gaps)
+    total = sum(len(g) for g in groups) * (1 + gaps)
+    start = data.draw(st.integers(0, total))
+    end = data.draw(st.integers(start, total + 1))
+    rb = decode_chunk(RawChunk(raw, "x.log"), "topic", 7, start, end, True)
+    _check(rb, _expected(raw, start, end))
+    if rb is not None:
+        assert set(rb.column("topic").to_pylist()) == {"topic"}
+        assert set(rb.column("partition").to_pylist()) == {7}
+        assert set(rb.column("timestampType").to_pylist()) == {0}
+
+
+def test_many_small_batches_take_the_vectorised_walk():
+    groups = [[SimpleRecord(b"k%d" % j, bytes(j % 200 + i), T0 + j) for j in range(3)] for i in range(400)]
+    raw = _log_bytes(groups, [CompressionType.NONE])
+    _check(decode_chunk(RawChunk(raw, "x"), "t", 0, 0, 10**9, False), _expected(raw, 0, 10**9), headers=False)
+
+
+def test_large_records_use_the_long_varint_path():
+    groups = [[SimpleRecord(None, bytes(20_000 + i), T0) for i in range(3)]]
+    raw = _log_bytes(groups, [CompressionType.NONE])
+    _check(decode_chunk(RawChunk(raw, "x"), "t", 0, 0, 10, True), _expected(raw, 0, 10))
+
+
+def test_control_batches_are_skipped_and_log_append_time_is_used():
+    data = bytes(build_batch([SimpleRecord(b"a", b"1", T0)], timestamp_type=TimestampType.LOG_APPEND_TIME,
+                             log_append_time=T0 + 99, producer_id=5, producer_epoch=0, base_sequence=0,
+                             is_transactional=True))
+    data += bytes(build_end_txn_marker(ControlRecordType.COMMIT, 5, 0, base_offset=1, timestamp=T0))
+    rb = decode_chunk(RawChunk(data, "x"), "t", 0, 0, 10, False)
+    assert rb.num_rows == 1
+    assert rb.column("timestampType").to_pylist() == [1]
+    assert int(rb.column("timestamp")[0].as_py().timestamp() * 1000) == T0 + 99
+
+
+def test_a_partial_tail_batch_is_left_out():
+    raw = _log_bytes([[SimpleRecord(b"k", b"v", T0)]] * 3, [CompressionType.NONE])
+    rb = decode_chunk(RawChunk(raw[:-5], "x"), "t", 0, 0, 10, False)
+    assert rb.column("offset").to_pylist() == [0, 1]
+
+
+def test_a_flipped_byte_names_the_file_byte_and_offset():
+    one = bytes(build_batch([SimpleRecord(b"k", b"value", T0)], base_offset=0))
+    two = bytearray(build_batch([SimpleRecord(b"k", b"value", T0)], base_offset=1))
+    two[-2] ^= 0xFF
+    where = rf"offset 1 \(byte {1000 + len(one)} of /d/t-0/000.log\).*CRC32C"
+    with pytest.raises(CorruptBatchError, match=where):
+        decode_chunk(RawChunk(one + bytes(two), "/d/t-0/000.log", 1000), "t", 0, 0, 10, False)
+
+
+def _recrc(batch: bytearray) -> bytearray:
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[21:]))
+    return batch
+
+
+def test_records_that_do_not_add_up_are_corrupt_even_with_a_good_crc():
+    batch = bytearray(build_batch([SimpleRecord(b"k", b"value", T0), SimpleRecord(b"k", b"value", T0)]))
+    batch[61] += 2  # the first record claims one byte more
+    with pytest.raises(CorruptBatchError, match="offset 0"):
+        decode_chunk(RawChunk(bytes(_recrc(batch)), "f.log"), "t", 0, 0, 10, False)
+    batch = bytearray(build_batch([SimpleRecord(b"k", b"value", T0)]))
+    batch[61 + 4] = 0x7E  # after length, attributes, timestamp and offset deltas: key length 63, past the end
+    with pytest.raises(CorruptBatchError):
+        decode_chunk(RawChunk(bytes(_recrc(batch)), "f.log"), "t", 0, 0, 10, False)
+
+
+def test_a_corrupt_compressed_payload_is_reported():
+    batch = bytearray(build_batch([SimpleRecord(b"k", b"v" * 100, T0)], compression=CompressionType.ZSTD))
+    batch[70] ^= 0x55
+    with pytest.raises(CorruptBatchError, match="decompress"):
+        decode_chunk(RawChunk(bytes(_recrc(batch)), "f.log"), "t", 0, 0, 10, False)
+
+
+def test_a_header_key_that_is_not_utf8_is_corrupt():
+    good = bytearray(build_batch([SimpleRecord(None, b"v", T0, (("ab", b"x"),))]))
+    at = bytes(good).index(b"ab")
+    good[at] = 0xFF
+    with pytest.raises(CorruptBatchError, match="UTF-8"):
+        decode_chunk(RawChunk(bytes(_recrc(good)), "f.log"), "t", 0, 0, 10, True)
+
+
+# --- encoding ------------------------------------------------------------------------------------
+
+
+@given(st.lists(st.binary(max_size=40), max_size=60))
+def test_murmur2_matches_kafka(keys):
+    from kafka.partitioner.default import murmur2 as reference
+
+    got = murmur2(pa.array(keys, pa.binary())).tolist()
+    assert got == [reference(k) for k in keys]
+
+
+def test_partition_choice_follows_kafka_rules():
+    keys = pa.array([b"21", None, b"foobar", b"x"], pa.binary())
+    explicit = pa.array([None, None, None, 2], pa.int32())
+    parts = choose_partitions(keys, explicit, 5, sticky=3)
+    assert parts.tolist() == [(3321034988 & 0x7FFFFFFF) % 5, 3, (3504634814 & 0x7FFFFFFF) % 5, 2]
+
+
+@given(st.lists(st.tuples(maybe_bytes, maybe_bytes, st.lists(header, max_size=2)), min_size=1, max_size=80),
+       st.sampled_from(list(CompressionType)), st.integers(100, 5000))
+def test_encoded_batches_decode_to_the_rows(rows, codec, batch_bytes):
+    keys = pa.array([k for k, _, _ in rows], pa.binary())
+    values = pa.array([v for _, v, _ in rows], pa.binary())
+    headers = pa.array([[{"key": k, "value": v} for k, v in hs] or None for _, _, hs in rows], HEADERS_TYPE)
+    encoded = build_batches(keys, values, headers, T0, codec, batch_bytes)
+    assert sum(n for _, n in encoded) == len(rows)
+    decoded = [r for data, _ in encoded for b in iter_batches(data, strict=True) for r in b.records()]
+    assert [(r.key, r.value, list(r.headers)) for r in decoded] == [(k, v, hs) for k, v, hs in rows]
+    assert all(r.timestamp == T0 for r in decoded)
+    if len(encoded) > 1:
+        assert all(len(data) <= batch_bytes + 2000 for data, _ in encoded)
+
+
+def test_string_columns_are_written_as_utf8():
+    encoded = build_batches(pa.array(["ké"]), pa.array(["välue"]), None, T0, CompressionType.NONE, 1 << 20)
+    (r,) = next(iter_batches(encoded[0][0])).records()
+    assert (r.key, r.value) == ("ké".encode(), "välue".encode())
+
+
+@given(batches, st.data())
+def test_damaged_bytes_are_rows_or_a_corrupt_batch_error_never_a_crash(groups, data):
+    raw = bytearray(_log_bytes(groups, [CompressionType.NONE, CompressionType.LZ4]))
+    for _ in range(data.draw(st.integers(1, 4))):
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    for verify in (False, True):
+        try:
+            rb = decode_chunk(RawChunk(bytes(raw), "x.log"), "t", 0, 0, 10**6, True, verify_crc=verify)
+        except CorruptBatchError:
+            continue
+        assert rb is None or rb.schema == arrow_schema(True)
