@@ -391,3 +391,10 @@ def test_compacted_topic_is_cleaned_by_the_broker(tmp_path):
             assert latest == {b"key-%d" % k: b"r19" for k in range(5)}
     finally:
         assert b.stop() == 0, b.output()
+
+
+def test_describe_cluster_controller_endpoints_are_unsupported(broker):
+    with KafkaClient(broker.bootstrap) as c:
+        resp = c.request(ApiKey.DESCRIBE_CLUSTER, {"endpoint_type": 2}, version=1)
+        assert resp["error_code"] == 115  # UNSUPPORTED_ENDPOINT_TYPE (a hand-written table once said 119)
+        assert resp["brokers"] == []

@@ -15,23 +15,20 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from kafkalite.errors import KafkaliteError
-from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, decode_response, encode_request
+from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode, decode_response, encode_request
 from kafkalite.records.batch import RecordBatch, iter_batches
 
 _SIZE = struct.Struct(">i")
 
-ERROR_NAMES = {
-    1: "OFFSET_OUT_OF_RANGE", 2: "CORRUPT_MESSAGE", 3: "UNKNOWN_TOPIC_OR_PARTITION", 5: "LEADER_NOT_AVAILABLE",
-    6: "NOT_LEADER_OR_FOLLOWER", 7: "REQUEST_TIMED_OUT", 10: "MESSAGE_TOO_LARGE", 17: "INVALID_TOPIC_EXCEPTION",
-    18: "RECORD_LIST_TOO_LARGE", 21: "INVALID_REQUIRED_ACKS", 35: "UNSUPPORTED_VERSION",
-    36: "TOPIC_ALREADY_EXISTS", 37: "INVALID_PARTITIONS", 38: "INVALID_REPLICATION_FACTOR", 40: "INVALID_CONFIG",
-    42: "INVALID_REQUEST", 44: "POLICY_VIOLATION", 56: "KAFKA_STORAGE_ERROR", 87: "INVALID_RECORD",
-}
 
 
 class KafkaClientError(KafkaliteError):
     def __init__(self, error_code: int, message: str) -> None:
-        super().__init__(f"{ERROR_NAMES.get(error_code, f'error {error_code}')}: {message}")
+        try:
+            name = ErrorCode(error_code).name
+        except ValueError:
+            name = f"error {error_code}"
+        super().__init__(f"{name}: {message}")
         self.error_code = error_code
 
 

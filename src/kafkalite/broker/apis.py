@@ -22,25 +22,13 @@ from kafkalite.errors import (
     KafkaliteError,
     UnknownTopicOrPartitionError,
 )
-from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, RequestHeader
+from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode, RequestHeader
 from kafkalite.storage.log import FetchIsolation
 from kafkalite.storage.log_config import CONFIGS_BY_NAME, LogConfig
 
 log = logging.getLogger("kafkalite.broker.apis")
 
-NONE = 0
-LEADER_NOT_AVAILABLE = 5
-COORDINATOR_NOT_AVAILABLE = 15
-INVALID_REPLICATION_FACTOR = 38
-INVALID_REPLICA_ASSIGNMENT = 39
-UNSUPPORTED_VERSION = 35
-INVALID_REQUIRED_ACKS = 21
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-FETCH_SESSION_ID_NOT_FOUND = 70
-TOPIC_DELETION_DISABLED = 73
-UNKNOWN_TOPIC_ID = 100
-UNSUPPORTED_ENDPOINT_TYPE = 119
-INVALID_REQUEST = 42
+E = ErrorCode  # Kafka's error codes, from the protocol layer's single table
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -120,17 +108,17 @@ class KafkaApis:
             name = body.get("client_software_name") or ""
             version = body.get("client_software_version") or ""
             if not (_SOFTWARE.match(name) and _SOFTWARE.match(version)):
-                return {"error_code": INVALID_REQUEST, "api_keys": keys, "throttle_time_ms": 0}
-        return {"error_code": NONE, "api_keys": keys, "throttle_time_ms": 0}
+                return {"error_code": E.INVALID_REQUEST, "api_keys": keys, "throttle_time_ms": 0}
+        return {"error_code": E.NONE, "api_keys": keys, "throttle_time_ms": 0}
 
     async def describe_cluster(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
         host, port = self._endpoint()
-        out = {"throttle_time_ms": 0, "error_code": NONE, "error_message": None, "endpoint_type": 1,
+        out = {"throttle_time_ms": 0, "error_code": E.NONE, "error_message": None, "endpoint_type": 1,
                "cluster_id": self.cluster_id(), "controller_id": self.node_id,
                "brokers": [{"broker_id": self.node_id, "host": host, "port": port, "rack": self._rack()}],
                "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED}
         if body.get("endpoint_type", 1) != 1:
-            out.update(error_code=UNSUPPORTED_ENDPOINT_TYPE, brokers=[],
+            out.update(error_code=E.UNSUPPORTED_ENDPOINT_TYPE, brokers=[],
                        error_message="kafkalite has no separate controller endpoints")
         return out
 
@@ -151,7 +139,7 @@ class KafkaApis:
             if name is None:
                 info = store.by_id(topic_id) if topic_id else None
                 if info is None:
-                    topics.append({"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id,
+                    topics.append({"error_code": E.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id,
                                    "partitions": []})
                     continue
                 name = info.name
@@ -159,7 +147,7 @@ class KafkaApis:
         host, port = self._endpoint()
         return {"throttle_time_ms": 0, "cluster_id": self.cluster_id(), "controller_id": self.node_id,
                 "brokers": [{"node_id": self.node_id, "host": host, "port": port, "rack": self._rack()}],
-                "topics": topics, "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED, "error_code": NONE}
+                "topics": topics, "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED, "error_code": E.NONE}
 
     def _topic_metadata(self, name: str, auto_create: bool) -> dict[str, Any]:
         store = self.replicas.metadata
@@ -178,14 +166,14 @@ class KafkaApis:
         for p in range(info.partitions):
             lg = self.replicas.logs.get_log(name, p)
             if lg is None:
-                parts.append({"error_code": LEADER_NOT_AVAILABLE, "partition_index": p, "leader_id": -1,
+                parts.append({"error_code": E.LEADER_NOT_AVAILABLE, "partition_index": p, "leader_id": -1,
                               "leader_epoch": -1, "replica_nodes": [self.node_id], "isr_nodes": [],
                               "offline_replicas": [self.node_id]})
             else:
-                parts.append({"error_code": NONE, "partition_index": p, "leader_id": self.node_id,
+                parts.append({"error_code": E.NONE, "partition_index": p, "leader_id": self.node_id,
                               "leader_epoch": self.replicas.leader_epoch(lg), "replica_nodes": [self.node_id],
                               "isr_nodes": [self.node_id], "offline_replicas": []})
-        return {"error_code": NONE, "name": name, "topic_id": info.topic_id, "is_internal": info.internal,
+        return {"error_code": E.NONE, "name": name, "topic_id": info.topic_id, "is_internal": info.internal,
                 "partitions": parts, "topic_authorized_operations": AUTHORIZED_OPS_OMITTED}
 
     # --- produce and fetch ------------------------------------------------------------------------
@@ -193,11 +181,11 @@ class KafkaApis:
     async def produce(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any] | None:
         acks = body.get("acks", -1)
         if h.api_version < 3:
-            refuse: int | None = UNSUPPORTED_VERSION  # Kafka 4 advertises v0-2 for old librdkafka but refuses them
+            refuse: int | None = E.UNSUPPORTED_VERSION  # Kafka 4 advertises v0-2 for old librdkafka but refuses them
         elif acks not in (-1, 0, 1):
-            refuse = INVALID_REQUIRED_ACKS
+            refuse = E.INVALID_REQUIRED_ACKS
         elif body.get("transactional_id") is not None:
-            refuse = TRANSACTIONAL_ID_AUTHORIZATION_FAILED  # transactions are not implemented (docs/design.md)
+            refuse = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED  # transactions are not implemented (docs/design.md)
         else:
             refuse = None
         responses = []
@@ -210,7 +198,7 @@ class KafkaApis:
                     entry = {"index": pd["index"], "error_code": refuse, "base_offset": -1}
                 else:
                     entry = self.replicas.append(name, pd["index"], pd.get("records"))
-                failed |= entry["error_code"] != NONE
+                failed |= entry["error_code"] != E.NONE
                 parts.append(entry)
             responses.append({"name": name, "partition_responses": parts})
         if acks == 0:
@@ -225,7 +213,7 @@ class KafkaApis:
         session_epoch = body.get("session_epoch", -1)
         if v >= 7 and session_epoch > 0:
             # Never created a session (we answer session_id 0), so an incremental fetch can't be ours.
-            return {"throttle_time_ms": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
+            return {"throttle_time_ms": 0, "error_code": E.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
                     "responses": []}
         del session_id
         isolation = FetchIsolation.TXN_COMMITTED if body.get("isolation_level", 0) == 1 else \
@@ -255,7 +243,7 @@ class KafkaApis:
             if r.diverging is not None:
                 entry["diverging_epoch"] = {"epoch": r.diverging[0], "end_offset": r.diverging[1]}
             responses[-1]["partitions"].append(entry)
-        return {"throttle_time_ms": 0, "error_code": NONE, "session_id": 0, "responses": responses}
+        return {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": responses}
 
     async def list_offsets(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
         replica = body.get("replica_id", -1) >= 0
@@ -289,11 +277,11 @@ class KafkaApis:
 
     async def init_producer_id(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
         if body.get("transactional_id") is not None:
-            return {"throttle_time_ms": 0, "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1,
+            return {"throttle_time_ms": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1,
                     "producer_epoch": -1}
         # As Kafka's coordinator does for a null transactional id: always a fresh producer id, epoch 0
         # (an idempotent producer that must reset its sequences asks again and gets a new id).
-        return {"throttle_time_ms": 0, "error_code": NONE, "producer_id": self.replicas.metadata.next_producer_id(),
+        return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": self.replicas.metadata.next_producer_id(),
                 "producer_epoch": 0}
 
     # --- topics -----------------------------------------------------------------------------------
@@ -323,7 +311,7 @@ class KafkaApis:
         results = []
         for t in requested:
             name = t["name"]
-            res: dict[str, Any] = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": NONE,
+            res: dict[str, Any] = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": E.NONE,
                                    "error_message": None, "num_partitions": -1, "replication_factor": -1,
                                    "configs": []}
             try:
@@ -338,7 +326,7 @@ class KafkaApis:
                                                   "were set. Both cannot be used at the same time.")
                     for a in assignments:
                         if list(a.get("broker_ids", [])) != [self.node_id]:
-                            res.update(error_code=INVALID_REPLICA_ASSIGNMENT,
+                            res.update(error_code=E.INVALID_REPLICA_ASSIGNMENT,
                                        error_message=f"replica assignment {a.get('broker_ids')} names brokers "
                                                      f"other than the only one, {self.node_id}")
                             break
@@ -351,7 +339,7 @@ class KafkaApis:
                 if rf == -1:
                     rf = self.config.get("default.replication.factor")
                 if rf <= 0 or rf > 1:
-                    res.update(error_code=INVALID_REPLICATION_FACTOR,
+                    res.update(error_code=E.INVALID_REPLICATION_FACTOR,
                                error_message=f"Unable to replicate the partition {rf} time(s): The target "
                                              f"replication factor of {rf} cannot be reached because only 1 "
                                              "broker(s) are registered.")
@@ -377,16 +365,16 @@ class KafkaApis:
         store = self.replicas.metadata
         results = []
         for name, topic_id in wanted:
-            res: dict[str, Any] = {"name": name, "topic_id": topic_id or uuid.UUID(int=0), "error_code": NONE,
+            res: dict[str, Any] = {"name": name, "topic_id": topic_id or uuid.UUID(int=0), "error_code": E.NONE,
                                    "error_message": None}
             if not self.config.get("delete.topic.enable"):
-                res.update(error_code=TOPIC_DELETION_DISABLED, error_message="Topic deletion is disabled.")
+                res.update(error_code=E.TOPIC_DELETION_DISABLED, error_message="Topic deletion is disabled.")
                 results.append(res)
                 continue
             if name is None:
                 info = store.by_id(topic_id) if topic_id and topic_id.int else None
                 if info is None:
-                    res.update(error_code=UNKNOWN_TOPIC_ID, error_message="This server does not host this topic ID.")
+                    res.update(error_code=E.UNKNOWN_TOPIC_ID, error_message="This server does not host this topic ID.")
                     results.append(res)
                     continue
                 name = info.name
@@ -402,7 +390,7 @@ class KafkaApis:
     async def create_partitions(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
         results = []
         for t in body.get("topics", []):
-            res: dict[str, Any] = {"name": t["name"], "error_code": NONE, "error_message": None}
+            res: dict[str, Any] = {"name": t["name"], "error_code": E.NONE, "error_message": None}
             try:
                 for a in t.get("assignments") or []:
                     if list(a.get("broker_ids", [])) != [self.node_id]:
@@ -421,7 +409,7 @@ class KafkaApis:
         for r in body.get("resources", []):
             rtype, rname = r["resource_type"], r["resource_name"]
             keys = r.get("configuration_keys")
-            res: dict[str, Any] = {"error_code": NONE, "error_message": None, "resource_type": rtype,
+            res: dict[str, Any] = {"error_code": E.NONE, "error_message": None, "resource_type": rtype,
                                    "resource_name": rname, "configs": []}
             if rtype == RESOURCE_TOPIC:
                 if rname not in self.replicas.metadata.topics:
@@ -431,7 +419,7 @@ class KafkaApis:
                     res["configs"] = self._topic_config_entries(rname)
             elif rtype == RESOURCE_BROKER:
                 if rname not in ("", str(self.node_id)):
-                    res.update(error_code=INVALID_REQUEST, error_message=f"Unexpected broker id {rname}")
+                    res.update(error_code=E.INVALID_REQUEST, error_message=f"Unexpected broker id {rname}")
                 else:
                     res["configs"] = [{"name": k, "value": v, "read_only": True,
                                        "config_source": SOURCE_DEFAULT if default else SOURCE_STATIC_BROKER,
@@ -439,7 +427,7 @@ class KafkaApis:
                                        "config_type": 2, "documentation": None}
                                       for k, (v, default) in sorted(self.config.describe().items())]
             else:
-                res.update(error_code=INVALID_REQUEST, error_message=f"Unsupported resource type {rtype}")
+                res.update(error_code=E.INVALID_REQUEST, error_message=f"Unsupported resource type {rtype}")
             if keys is not None:
                 res["configs"] = [c for c in res["configs"] if c["name"] in keys]
             results.append(res)
@@ -451,7 +439,7 @@ class KafkaApis:
         responses = []
         for r in body.get("resources", []):
             rtype, rname = r["resource_type"], r["resource_name"]
-            res: dict[str, Any] = {"error_code": NONE, "error_message": None, "resource_type": rtype,
+            res: dict[str, Any] = {"error_code": E.NONE, "error_message": None, "resource_type": rtype,
                                    "resource_name": rname}
             try:
                 if rtype != RESOURCE_TOPIC:
@@ -500,9 +488,9 @@ class KafkaApis:
 
         def one(key: str, key_type: int) -> dict[str, Any]:
             if key_type != 0:
-                return {"key": key, "error_code": COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "", "port": -1,
+                return {"key": key, "error_code": E.COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "", "port": -1,
                         "error_message": "kafkalite has no transaction coordinator"}
-            return {"key": key, "error_code": NONE, "node_id": self.node_id, "host": host, "port": port,
+            return {"key": key, "error_code": E.NONE, "node_id": self.node_id, "host": host, "port": port,
                     "error_message": None}
 
         key_type = body.get("key_type", 0)

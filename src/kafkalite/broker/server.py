@@ -26,6 +26,7 @@ from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol import (
     SUPPORTED_VERSIONS,
     ApiKey,
+    ErrorCode,
     FileRegion,
     ProtocolDecodeError,
     RequestHeader,
@@ -37,7 +38,6 @@ from kafkalite.protocol import (
 
 log = logging.getLogger("kafkalite.broker")
 
-UNSUPPORTED_VERSION = 35
 
 
 class Broker:
@@ -227,7 +227,7 @@ class Broker:
         if header.api_key == ApiKey.API_VERSIONS and not lo <= header.api_version <= hi:
             # Kafka answers with a v0 body listing only its ApiVersions range, so the client retries lower.
             fallback = RequestHeader(header.api_key, 0, header.correlation_id, header.client_id)
-            return encode_response(fallback, {"error_code": UNSUPPORTED_VERSION,
+            return encode_response(fallback, {"error_code": ErrorCode.UNSUPPORTED_VERSION,
                                               "api_keys": [{"api_key": ApiKey.API_VERSIONS, "min_version": lo,
                                                             "max_version": hi}]})
         try:
