@@ -8,31 +8,10 @@ KafkaliteError like every other kafkalite error, so `error_code` means the same 
 
 from __future__ import annotations
 
-import enum
-
 from kafkalite.errors import KafkaliteError, KafkaStorageError, RecordBatchTooLargeError, RecordTooLargeError
+from kafkalite.protocol.error_codes import ErrorCode
 
-
-class Errors(enum.IntEnum):
-    UNKNOWN_SERVER_ERROR = -1
-    NONE = 0
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    OFFSET_METADATA_TOO_LARGE = 12
-    COORDINATOR_LOAD_IN_PROGRESS = 14
-    COORDINATOR_NOT_AVAILABLE = 15
-    NOT_COORDINATOR = 16
-    ILLEGAL_GENERATION = 22
-    INCONSISTENT_GROUP_PROTOCOL = 23
-    INVALID_GROUP_ID = 24
-    UNKNOWN_MEMBER_ID = 25
-    INVALID_SESSION_TIMEOUT = 26
-    REBALANCE_IN_PROGRESS = 27
-    UNSUPPORTED_VERSION = 35
-    NON_EMPTY_GROUP = 68
-    GROUP_ID_NOT_FOUND = 69
-    MEMBER_ID_REQUIRED = 79
-    GROUP_MAX_SIZE_REACHED = 81
-    FENCED_INSTANCE_ID = 82
+Errors = ErrorCode  # the protocol layer's table of Kafka's error codes, under the coordinator's old name
 
 
 class CoordinatorError(KafkaliteError):
