@@ -8,13 +8,16 @@ callers that keep a batch past the next step must copy it (`bytes(view)`).
 
 from __future__ import annotations
 
+import mmap
 import os
+import struct
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 from crc32c import crc32c
 
 from kafkalite.errors import CorruptRecordError, LogError
@@ -31,12 +34,22 @@ from kafkalite.records.batch import (
 MAX_FILE_SIZE = (1 << 31) - 1  # FileRecords refuses larger files: positions are int32 in the index
 MIN_BATCH_LENGTH = 14  # a length field below this cannot frame any message format
 _WINDOW = 256 * 1024
-_VALIDATE_CHUNK = 2 * 1024 * 1024
+_SCAN_STRIDE = 31 * 1024 * 1024
+_SCAN_OVERLAP = 1024 * 1024  # windows overlap so that a batch up to this size never straddles two mappings
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+_FRAMING = struct.Struct(">iibI")  # length, partition leader epoch, magic, crc: bytes 8..20 of a batch
+HEADER_DTYPE = np.dtype([
+    ("base_offset", ">i8"), ("length", ">i4"), ("partition_leader_epoch", ">i4"), ("magic", "i1"),
+    ("crc", ">u4"), ("attributes", ">i2"), ("last_offset_delta", ">i4"), ("base_timestamp", ">i8"),
+    ("max_timestamp", ">i8"), ("producer_id", ">i8"), ("producer_epoch", ">i2"), ("base_sequence", ">i4"),
+    ("records_count", ">i4"),
+])
+assert HEADER_DTYPE.itemsize == RECORD_BATCH_OVERHEAD
 _crc_pool: ThreadPoolExecutor | None = None
 
 
 def _crc_executor() -> ThreadPoolExecutor:
-    """Threads that copy the next windows out of the page cache while the caller checksums (preadv drops the GIL)."""
+    """Threads that map the next windows of a scan (mmap with MAP_POPULATE drops the GIL) while the caller checksums."""
     global _crc_pool
     if _crc_pool is None:
         _crc_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="kafkalite-crc")
@@ -56,6 +69,17 @@ class BatchHeader(NamedTuple):
     attributes: int
     records_count: int
     producer_id: int
+
+
+class ValidBatches(NamedTuple):
+    """Batches a recovery scan found valid in one window: positions, sizes and all header fields as columns."""
+
+    positions: np.ndarray  # int64 byte positions in the file
+    sizes: np.ndarray  # int64 sizes including the 12-byte log overhead
+    headers: np.ndarray  # HEADER_DTYPE rows, one per batch
+
+    def header_bytes(self, i: int) -> bytes:
+        return self.headers[i : i + 1].tobytes()
 
 
 class LogOffsetPosition(NamedTuple):
@@ -255,93 +279,120 @@ class FileRecords:
             yield pos, size, mv[off : off + need]
             pos += size
 
-    def validated_headers(self, start: int = 0) -> Iterator[tuple[int, int, tuple]]:
-        """(position, size, header fields) of each batch that frames, is v2 and passes its CRC32C.
+    def scan_valid(self, start: int = 0, *, stride: int | None = None) -> Iterator[ValidBatches]:
+        """The recovery scan: the valid batches from `start`, one `ValidBatches` per mapped window.
 
-        Raises CorruptRecordError at the first bad batch, after yielding every good one before it.
+        A batch is valid when it frames (length >= 49), fits before the logical end, is v2 and passes
+        its CRC32C. The file is mapped (read-only, page tables populated by the kernel) in windows
+        that a helper thread maps ahead, so the data is read once, by the checksum, instead of being
+        copied out of the page cache first. The per-batch Python work is one 13-byte unpack and one
+        CRC call; every other header field is gathered afterwards for the whole window with numpy.
+        At the first bad batch the good ones before it are yielded, then CorruptRecordError is raised.
         """
-        for chunk in self.validated_windows(start):
-            yield from chunk
-
-    def validated_windows(self, start: int = 0) -> Iterator[list[tuple[int, int, tuple]]]:
-        """The recovery scan: lists of (position, size, header fields) of valid batches, one list per window.
-
-        The copy out of the page cache is one `preadv` per window, which drops the GIL, so a helper
-        thread reads the next windows while this thread walks headers and checksums the current one
-        (the CRC call drops the GIL too): the scan costs about max(read, CRC) instead of their sum.
-        A whole window's batches come back as one list to keep per-batch Python work minimal. At the
-        first bad batch the good ones before it are yielded, then CorruptRecordError is raised.
-        """
-        end = self._size
+        end = min(self._size, self.file_length())  # never map past the file: a stray access would SIGBUS
+        if end - start < HEADER_SIZE_UP_TO_MAGIC:
+            if self._size - start > 0:
+                raise CorruptRecordError(f"{self._size - start} trailing bytes at byte {start} of {self._path}")
+            return
+        granule = mmap.ALLOCATIONGRANULARITY
+        stride = stride or _SCAN_STRIDE
+        stride = max(stride - stride % granule, granule)
+        window = stride + max(_SCAN_OVERLAP, RECORD_BATCH_OVERHEAD)  # a header never crosses a mapping's end
+        first = start - start % granule
+        bounds = [*range(first, end, stride), end]  # window k maps [bounds[k], bounds[k] + window)
         fd = self._fd
-        window = _VALIDATE_CHUNK
-        views = [memoryview(bytearray(window)) for _ in range(3)]
-        executor = _crc_executor()
 
-        def read_window(k: int) -> int:
-            at = start + k * window
-            return os.preadv(fd, [views[k % 3][: max(0, min(window, end - at))]], at) if at < end else 0
+        def map_window(k: int) -> mmap.mmap:
+            at = bounds[k]
+            return mmap.mmap(fd, min(window, end - at), flags=mmap.MAP_SHARED | _MAP_POPULATE,
+                             prot=mmap.PROT_READ, offset=at)
 
-        futures = {k: executor.submit(read_window, k) for k in range(2)}
+        ahead = len(bounds) > 2
+        executor = _crc_executor() if ahead else None
+        futures = {1: executor.submit(map_window, 1)} if executor is not None else {}
         pos = start
-        k = 0
-        unpack = HEADER.unpack_from
         failure: CorruptRecordError | None = None
+        unpack = _FRAMING.unpack_from
         try:
-            while failure is None and end - pos >= HEADER_SIZE_UP_TO_MAGIC:
-                win_start = start + k * window
-                got = futures.pop(k).result()
-                futures[k + 2] = executor.submit(read_window, k + 2)
-                k += 1
-                if pos >= win_start + got:
-                    continue  # this window was covered by a batch read on its own
-                view = views[(k - 1) % 3]
-                off = pos - win_start
-                found: list[tuple[int, int, tuple]] = []
-                while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
-                    if off + RECORD_BATCH_OVERHEAD <= got:
-                        header = unpack(view, off)
-                        source, at = view, off
-                    else:  # the header straddles the window: read the batch on its own
-                        head = self._pread_exact(pos, min(RECORD_BATCH_OVERHEAD, end - pos))
-                        if len(head) < RECORD_BATCH_OVERHEAD:
-                            failure = CorruptRecordError(f"{end - pos} trailing bytes at byte {pos} of {self._path}")
+            for k in range(len(bounds) - 1):
+                mapping = futures.pop(k).result() if k in futures else None
+                if executor is not None and k + 2 < len(bounds) - 1:
+                    futures[k + 2] = executor.submit(map_window, k + 2)
+                limit = bounds[k + 1]
+                if pos >= limit:
+                    if mapping is not None:
+                        mapping.close()
+                    continue  # a batch larger than the overlap carried the scan past this window
+                if mapping is None:
+                    mapping = map_window(k)
+                base = bounds[k]
+                view = memoryview(mapping)
+                found: list[int] = []
+                append = found.append
+                # relative to the mapping: where a whole header still fits, and where batches may end
+                rel, stop = pos - base, min(limit, end - RECORD_BATCH_OVERHEAD + 1) - base
+                fits = min(end, base + len(mapping)) - base
+                try:
+                    while rel < stop:
+                        length, _epoch, magic, stored = unpack(view, rel + 8)
+                        after = rel + length + LOG_OVERHEAD
+                        if after > fits or length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or magic != MAGIC_V2:
+                            failure = self._check_unusual_batch(base + rel, length + LOG_OVERHEAD, magic, stored, end)
+                            if failure is not None:
+                                break
+                        elif crc32c(view[rel + 21 : after], 0, 0) != stored:
+                            failure = self._crc_failure(base + rel, stored, crc32c(view[rel + 21 : after]))
                             break
-                        header = unpack(head)
-                        source, at = None, 0
-                    size = header[1] + LOG_OVERHEAD
-                    if size < RECORD_BATCH_OVERHEAD:
-                        failure = CorruptRecordError(f"record batch size {size} at byte {pos} of {self._path} "
-                                                     f"is below the minimum {RECORD_BATCH_OVERHEAD}")
-                        break
-                    if pos + size > end:
-                        failure = CorruptRecordError(f"{end - pos} bytes at byte {pos} of {self._path} "
-                                                     "do not form a complete record batch")
-                        break
-                    if header[3] != MAGIC_V2:
-                        failure = CorruptRecordError(f"unsupported magic {header[3]} at byte {pos} of {self._path}")
-                        break
-                    if source is None or off + size > got:
-                        source, at = memoryview(self._pread_exact(pos, size)), 0
-                    crc = crc32c(source[at + 21 : at + size], 0, 1)
-                    if crc != header[4]:
-                        failure = CorruptRecordError(f"record batch at byte {pos} of {self._path} fails its CRC32C "
-                                                     f"check (stored {header[4]}, computed {crc})")
-                        break
-                    found.append((pos, size, header))
-                    pos += size
-                    off += size
-                    if off >= got:
-                        break
-                if found:
-                    yield found
-            if failure is None and pos != end:
-                failure = CorruptRecordError(f"{end - pos} trailing bytes at byte {pos} of {self._path}")
+                        append(rel)
+                        rel = after
+                    pos = base + rel
+                    if failure is None and pos < limit and pos < end:
+                        failure = CorruptRecordError(f"{self._size - pos} trailing bytes at byte {pos} of {self._path}")
+                    if found:
+                        yield self._gather_headers(view, base, found, rel)
+                finally:
+                    view.release()
+                    mapping.close()
+                if failure is not None:
+                    break
+            if failure is None and pos < self._size:
+                failure = CorruptRecordError(f"{self._size - pos} trailing bytes at byte {pos} of {self._path}")
             if failure is not None:
                 raise failure
         finally:
             for fut in futures.values():
-                fut.result()
+                fut.result().close()
+
+    def _check_unusual_batch(self, pos: int, size: int, magic: int, stored: int, end: int) -> CorruptRecordError | None:
+        """The scan's slow path: say what is wrong with a batch, or check one too large for the mapping."""
+        if size < RECORD_BATCH_OVERHEAD:
+            return CorruptRecordError(f"record batch size {size} at byte {pos} of {self._path} "
+                                      f"is below the minimum {RECORD_BATCH_OVERHEAD}")
+        if pos + size > end:
+            return CorruptRecordError(f"{end - pos} bytes at byte {pos} of {self._path} "
+                                      "do not form a complete record batch")
+        if magic != MAGIC_V2:
+            return CorruptRecordError(f"unsupported magic {magic} at byte {pos} of {self._path}")
+        crc = crc32c(self._pread_exact(pos + 21, size - 21), 0, 1)  # larger than the windows' overlap
+        return None if crc == stored else self._crc_failure(pos, stored, crc)
+
+    def _crc_failure(self, pos: int, stored: int, computed: int) -> CorruptRecordError:
+        return CorruptRecordError(f"record batch at byte {pos} of {self._path} fails its CRC32C check "
+                                  f"(stored {stored}, computed {computed})")
+
+    @staticmethod
+    def _gather_headers(view: memoryview, base: int, found: list[int], next_rel: int) -> ValidBatches:
+        """Every header field of the batches found in a window, in one numpy gather (batches may run
+        past the window's mapping, but their 61-byte headers never do)."""
+        relative = np.array(found, dtype=np.int64)
+        sizes = np.empty_like(relative)
+        sizes[:-1] = relative[1:] - relative[:-1]
+        sizes[-1] = next_rel - relative[-1]
+        # a header starts at every byte: overlapping 61-byte rows, so the gather copies one row per batch
+        headers_at = np.ndarray((len(view) - RECORD_BATCH_OVERHEAD + 1,), HEADER_DTYPE, view, 0, (1,))
+        rows = headers_at[relative]
+        del headers_at  # the mapping is closed right after: no buffer export may outlive it
+        return ValidBatches(relative + base, sizes, rows)
 
     def _pread_exact(self, position: int, size: int) -> bytes:
         data = os.pread(self._fd, size, position)

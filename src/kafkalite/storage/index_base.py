@@ -25,6 +25,8 @@ from array import array
 from pathlib import Path
 from typing import ClassVar
 
+import numpy as np
+
 from kafkalite.errors import CorruptIndexError, IndexOffsetOverflowError
 
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
@@ -155,8 +157,15 @@ class IndexBase:
         that thousands of old segments do not keep their indexes in memory twice."""
         self._cols = None
 
-    def _write_many(self, firsts: list[int], seconds: list[int]) -> int:
-        """Store entries in bulk (recovery rebuilds whole indexes): one struct call instead of one per entry.
+    def _relative_many(self, offsets: np.ndarray) -> np.ndarray:
+        relative = offsets - self.base_offset
+        if len(relative) and (int(relative.min()) < 0 or int(relative.max()) > MAX_RELATIVE_OFFSET):
+            bad = int(offsets[(relative < 0) | (relative > MAX_RELATIVE_OFFSET)][0])
+            raise IndexOffsetOverflowError(f"integer overflow for offset {bad} ({self._path})")
+        return relative
+
+    def _write_many(self, firsts: np.ndarray, seconds: np.ndarray) -> int:
+        """Store entries in bulk (recovery rebuilds whole indexes): one copy into the mapping for all.
 
         Entries that do not fit are dropped: an index only speeds lookups up, so a short index costs
         a longer scan, never a wrong answer. Returns how many were written.
@@ -164,12 +173,15 @@ class IndexBase:
         n = min(len(firsts), self.max_entries - self._entries)
         if n <= 0:
             return 0
-        flat = [v for pair in zip(firsts[:n], seconds[:n], strict=True) for v in pair]
-        fmt = ">" + self._entry.format.lstrip("<>!=@") * n
-        struct.pack_into(fmt, self._mm, self._entries * self.entry_size, *flat)
+        (_, width0), (_, width1) = self._fields
+        rows = np.empty(n, dtype=[("first", f">i{width0}"), ("second", f">i{width1}")])
+        rows["first"] = firsts[:n]
+        rows["second"] = seconds[:n]
+        at = self._entries * self.entry_size
+        self._mm[at : at + n * self.entry_size] = rows.tobytes()
         if self._cols is not None:
-            self._cols[0].extend(firsts[:n])
-            self._cols[1].extend(seconds[:n])
+            self._cols[0].extend(firsts[:n].tolist())
+            self._cols[1].extend(seconds[:n].tolist())
         self._entries += n
         self._refresh_last()
         return n

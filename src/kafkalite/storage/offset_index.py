@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from typing import NamedTuple
+
+import numpy as np
 
 from kafkalite.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
 from kafkalite.storage.index_base import IndexBase
@@ -79,14 +82,20 @@ class OffsetIndex(IndexBase):
         self._write(self._relative(offset), position)
         self._last_offset = offset
 
-    def append_many(self, offsets: list[int], positions: list[int]) -> int:
+    def append_many(self, offsets: Sequence[int] | np.ndarray, positions: Sequence[int] | np.ndarray) -> int:
         """Bulk append for index rebuilds; offsets must increase past the last entry (InvalidOffsetError)."""
-        previous = self._last_offset if self._entries else -1
-        for o in offsets:
-            if o <= previous:
-                raise InvalidOffsetError(f"attempt to append offset {o} after {previous} to {self._path}")
-            previous = o
-        return self._write_many([self._relative(o) for o in offsets], positions)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        positions = np.asarray(positions, dtype=np.int64)
+        if len(offsets) != len(positions):
+            raise ValueError(f"{len(offsets)} offsets but {len(positions)} positions")
+        previous = np.concatenate(([self._last_offset if self._entries else -1], offsets[:-1]))
+        falls = offsets <= previous
+        if falls.any():
+            i = int(falls.argmax())
+            raise InvalidOffsetError(f"attempt to append offset {offsets[i]} after {previous[i]} to {self._path}")
+        if len(positions) and (int(positions.min()) < 0 or int(positions.max()) > MAX_POSITION):
+            raise IndexOffsetOverflowError(f"a position does not fit an index entry of {self._path}")
+        return self._write_many(self._relative_many(offsets), positions)
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is >= `offset`; truncating past the end changes nothing.

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
-from itertools import chain
 from pathlib import Path
 from typing import NamedTuple, Protocol
+
+import numpy as np
 
 from kafkalite.clock import SYSTEM_CLOCK, Clock
 from kafkalite.errors import (
@@ -20,9 +21,9 @@ from kafkalite.errors import (
     InvalidRecordError,
     LogSegmentOffsetOverflowError,
 )
-from kafkalite.records.batch import CONTROL_FLAG_MASK, HEADER, RecordBatch
+from kafkalite.records.batch import CONTROL_FLAG_MASK, RecordBatch
 from kafkalite.storage import names
-from kafkalite.storage.file_records import FileRecords, LogOffsetPosition, TimestampAndOffset
+from kafkalite.storage.file_records import FileRecords, LogOffsetPosition, TimestampAndOffset, ValidBatches
 from kafkalite.storage.metadata import FetchDataInfo, LogOffsetMetadata
 from kafkalite.storage.offset_index import OffsetIndex, OffsetPosition
 from kafkalite.storage.time_index import TimeIndex
@@ -31,6 +32,49 @@ from kafkalite.storage.txn_index import AbortedTxn, TransactionIndex
 log = logging.getLogger("kafkalite.storage")
 
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
+
+
+class _RecoveryState:
+    """What a segment recovery carries from one scanned window to the next."""
+
+    def __init__(self, base: int, interval: int) -> None:
+        self.base = base
+        self.interval = interval
+        self.valid_bytes = 0
+        self.last_index_entry = 0
+        self.max_ts = -1
+        self.offset_of_max = -1
+        self.previous_last = -1
+        self.last_time_stamp = -1
+        self.index_offsets: list[np.ndarray] = []
+        self.index_positions: list[np.ndarray] = []
+        self.time_stamps: list[np.ndarray] = []
+        self.time_offsets: list[np.ndarray] = []
+        self.failure: Exception | None = None
+
+    @staticmethod
+    def columns(*parts: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.concatenate(p) if p else np.empty(0, dtype=np.int64) for p in parts]
+
+    def index_entries(self, positions: np.ndarray) -> np.ndarray:
+        """Which batches get an offset index entry: Kafka's rule, a batch starting more than
+        `index.interval.bytes` past the previous entry. When every batch is larger than the interval,
+        all batches after the first entry qualify, so only that first one needs a search."""
+        interval = self.interval
+        if len(positions) > 1 and int(np.diff(positions).min()) > interval:
+            first = int(np.searchsorted(positions, self.last_index_entry + interval, side="right"))
+            chosen = np.arange(first, len(positions))
+        else:
+            picks = []
+            last = self.last_index_entry
+            for i, position in enumerate(positions.tolist()):
+                if position - last > interval:
+                    picks.append(i)
+                    last = position
+            chosen = np.array(picks, dtype=np.int64)
+        if len(chosen):
+            self.last_index_entry = int(positions[chosen[-1]])
+        return chosen
 LONG_MAX = (1 << 63) - 1
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
@@ -404,67 +448,121 @@ class LogSegment:
         offset_index.reset()
         time_index.reset()
         self.txn_index.reset()
-        valid_bytes = 0
-        last_index_entry = 0
-        max_ts, offset_of_max = -1, -1
-        previous_last = -1
-        base = self.base_offset
-        interval = self.index_interval_bytes
-        latest_epoch = epoch_cache.latest_epoch if epoch_cache is not None else None
-        index_offsets: list[int] = []
-        index_positions: list[int] = []
-        time_stamps: list[int] = []
-        time_offsets: list[int] = []
+        state = _RecoveryState(self.base_offset, self.index_interval_bytes)
         try:
-            for pos, size, header in chain.from_iterable(self.log.validated_windows(0)):
-                b_base, epoch, lod, b_max_ts = header[0], header[2], header[6], header[8]
-                last_offset = b_base + lod
-                if not (0 <= last_offset - base <= MAX_RELATIVE_OFFSET and b_base >= base and lod >= 0):
-                    raise CorruptRecordError(f"batch offsets {b_base}..{last_offset} do not fit segment base {base}")
-                if last_offset <= previous_last:
-                    raise CorruptRecordError(f"batch offsets {b_base}..{last_offset} do not follow {previous_last}")
-                previous_last = last_offset
-                if b_max_ts > max_ts:
-                    max_ts, offset_of_max = b_max_ts, last_offset
-                if valid_bytes - last_index_entry > interval:
-                    index_offsets.append(last_offset)
-                    index_positions.append(valid_bytes)
-                    if max_ts > (time_stamps[-1] if time_stamps else -1):
-                        time_stamps.append(max_ts)
-                        time_offsets.append(offset_of_max)
-                    last_index_entry = valid_bytes
-                valid_bytes += size
-                if epoch_cache is not None and epoch >= 0 and (latest_epoch is None or epoch > latest_epoch):
-                    epoch_cache.assign(epoch, b_base)
-                    latest_epoch = epoch_cache.latest_epoch
-                if producer_state is not None and (header[9] >= 0 or header[5] & CONTROL_FLAG_MASK):
-                    self._recover_producer_state(producer_state, pos, size, header)
-        except (CorruptRecordError, InvalidRecordError) as exc:
+            for window in self.log.scan_valid(0):
+                if not self._recover_window(window, state, producer_state, epoch_cache):
+                    break
+        except CorruptRecordError as exc:
+            state.failure = exc
+        if state.failure is not None:
             log.warning("Found invalid messages in log segment %s at byte offset %d: %s",
-                        self.log.path, valid_bytes, exc)
-        offset_index.append_many(index_offsets, index_positions)
-        time_index.append_many(time_stamps, time_offsets)
-        if producer_state is not None and previous_last >= 0:
+                        self.log.path, state.valid_bytes, state.failure)
+        offset_index.append_many(*state.columns(state.index_offsets, state.index_positions))
+        time_index.append_many(*state.columns(state.time_stamps, state.time_offsets))
+        if producer_state is not None and state.previous_last >= 0:
             # Kafka moves the map end offset past every recovered batch, not only those with a producer
             # id; without it the loader would replay the whole segment's headers a second time.
-            producer_state.update_map_end_offset(previous_last + 1)
+            producer_state.update_map_end_offset(state.previous_last + 1)
+        valid_bytes = state.valid_bytes
         truncated = self.log.size - valid_bytes
         if truncated > 0:
             log.warning("Truncated %d invalid bytes at the end of segment %s", truncated, self.log.path)
             self.log.truncate_to(valid_bytes)
+        max_ts, offset_of_max = state.max_ts, state.offset_of_max
         self._max_ts_and_offset = (max_ts, offset_of_max)
         offset_index.trim_to_valid_size()
         time_index.maybe_append(max_ts, offset_of_max, skip_full_check=True)
         time_index.trim_to_valid_size()
-        self.bytes_since_last_index_entry = valid_bytes - last_index_entry
+        self.bytes_since_last_index_entry = valid_bytes - state.last_index_entry
         return truncated
 
-    def _recover_producer_state(self, state: RecoveryProducerState, pos: int, size: int, header: tuple) -> None:
+    def _recover_window(self, window: ValidBatches, state: _RecoveryState,
+                        producer_state: RecoveryProducerState | None, epoch_cache: RecoveryEpochCache | None) -> bool:
+        """Apply Kafka's per-batch recovery rules to a window of CRC-valid batches, column by column.
+
+        The rules are those of LogSegment.recover (offsets fit the segment and increase, index entries
+        every `index.interval.bytes`, the running max timestamp, epochs, producer state), evaluated with
+        numpy over the window instead of one Python step per batch. Returns False once a batch breaks a
+        rule: the batches before it are kept and `state.failure` says why.
+        """
+        h = window.headers
+        base_offsets = h["base_offset"].astype(np.int64)
+        deltas = h["last_offset_delta"].astype(np.int64)
+        last_offsets = base_offsets + deltas
+        relative = last_offsets - state.base
+        previous = np.concatenate(([state.previous_last], last_offsets[:-1]))
+        bad = (relative < 0) | (relative > MAX_RELATIVE_OFFSET) | (base_offsets < state.base) | (deltas < 0)
+        bad |= last_offsets <= previous
+        n = len(last_offsets)
+        if bad.any():
+            n = int(bad.argmax())
+            first, last = int(base_offsets[n]), int(last_offsets[n])
+            if relative[n] < 0 or relative[n] > MAX_RELATIVE_OFFSET or first < state.base or deltas[n] < 0:
+                state.failure = CorruptRecordError(f"batch offsets {first}..{last} do not fit segment base "
+                                                   f"{state.base}")
+            else:
+                state.failure = CorruptRecordError(f"batch offsets {first}..{last} do not follow {int(previous[n])}")
+        if producer_state is not None:
+            wanted = np.flatnonzero((h["producer_id"][:n] >= 0) | (h["attributes"][:n] & CONTROL_FLAG_MASK != 0))
+            for i in wanted.tolist():
+                try:
+                    self._recover_producer_state(producer_state, int(window.positions[i]), int(window.sizes[i]),
+                                                 window.header_bytes(i))
+                except (CorruptRecordError, InvalidRecordError) as exc:
+                    state.failure = exc  # Kafka keeps the batch that broke the producer state, drops the rest
+                    n = i + 1
+                    break
+        if n == 0:
+            return False
+        if epoch_cache is not None:
+            self._recover_epochs(epoch_cache, h["partition_leader_epoch"][:n].astype(np.int64), base_offsets[:n])
+        positions = window.positions[:n]
+        last_offsets = last_offsets[:n]
+        # running max timestamp (strictly greater replaces) and the last offset of the batch that set it
+        stamps = h["max_timestamp"][:n].astype(np.int64)
+        running = np.maximum.accumulate(np.maximum(stamps, state.max_ts))
+        before = np.concatenate(([state.max_ts], running[:-1]))
+        setter = np.maximum.accumulate(np.where(stamps > before, np.arange(n), -1))
+        offset_of_max = np.where(setter >= 0, last_offsets[np.maximum(setter, 0)], state.offset_of_max)
+        # offset index entries: a batch whose position is more than the interval past the last entry
+        entries = state.index_entries(positions)
+        if len(entries):
+            state.index_offsets.append(last_offsets[entries])
+            state.index_positions.append(positions[entries])
+            stamps_at, offsets_at = running[entries], offset_of_max[entries]
+            grows = stamps_at > np.concatenate(([state.last_time_stamp], stamps_at[:-1]))
+            if grows.any():
+                state.time_stamps.append(stamps_at[grows])
+                state.time_offsets.append(offsets_at[grows])
+                state.last_time_stamp = int(state.time_stamps[-1][-1])
+        state.max_ts, state.offset_of_max = int(running[-1]), int(offset_of_max[-1])
+        state.previous_last = int(last_offsets[-1])
+        state.valid_bytes = int(positions[-1] + window.sizes[n - 1])
+        return state.failure is None
+
+    @staticmethod
+    def _recover_epochs(epoch_cache: RecoveryEpochCache, epochs: np.ndarray, base_offsets: np.ndarray) -> None:
+        """Assign each new epoch at the first batch carrying it. Only the first batch of a run of equal
+        epochs can change the cache unless the cache refused it, so the rest of a run is looked at only then."""
+        latest = epoch_cache.latest_epoch
+        starts = np.flatnonzero(np.concatenate(([True], epochs[1:] != epochs[:-1])))
+        ends = np.append(starts[1:], len(epochs))
+        for run_start, run_end in zip(starts.tolist(), ends.tolist(), strict=True):
+            epoch = int(epochs[run_start])
+            if epoch < 0:
+                continue
+            for i in range(run_start, run_end):
+                if latest is not None and epoch <= latest:
+                    break
+                epoch_cache.assign(epoch, int(base_offsets[i]))
+                latest = epoch_cache.latest_epoch
+
+    def _recover_producer_state(self, state: RecoveryProducerState, pos: int, size: int, header: bytes) -> None:
         """Producer state needs only header fields, except for control batches (their marker type)."""
-        if header[5] & CONTROL_FLAG_MASK:
+        batch = RecordBatch(header, header_only=True)
+        if batch.is_control:
             batch = self.log.read_batch(pos, size)
-        else:
-            batch = RecordBatch(HEADER.pack(*header), header_only=True)
         completed = state.update_from_recovered_batch(batch)
         if completed is not None:
             if completed.is_aborted:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from typing import NamedTuple
+
+import numpy as np
 
 from kafkalite.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
 from kafkalite.storage.index_base import IndexBase
@@ -75,15 +78,22 @@ class TimeIndex(IndexBase):
             self._write(timestamp, self._relative(offset))
             self._last_entry = TimestampOffset(timestamp, offset)
 
-    def append_many(self, timestamps: list[int], offsets: list[int]) -> int:
-        """Bulk append for index rebuilds; both columns must strictly increase past the last entry."""
+    def append_many(self, timestamps: Sequence[int] | np.ndarray, offsets: Sequence[int] | np.ndarray) -> int:
+        """Bulk append for index rebuilds; timestamps must strictly increase past the last entry, offsets not fall."""
+        timestamps = np.asarray(timestamps, dtype=np.int64)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if len(timestamps) != len(offsets):
+            raise ValueError(f"{len(timestamps)} timestamps but {len(offsets)} offsets")
         last = self._last_entry
         prev_ts, prev_off = (last.timestamp, last.offset) if self._entries else (-1, -1)
-        for ts, o in zip(timestamps, offsets, strict=True):
-            if ts <= prev_ts or o < prev_off:
-                raise InvalidOffsetError(f"time index entries must increase: ({ts}, {o}) after ({prev_ts}, {prev_off})")
-            prev_ts, prev_off = ts, o
-        return self._write_many(timestamps, [self._relative(o) for o in offsets])
+        before_ts = np.concatenate(([prev_ts], timestamps[:-1]))
+        before_off = np.concatenate(([prev_off], offsets[:-1]))
+        wrong = (timestamps <= before_ts) | (offsets < before_off)
+        if wrong.any():
+            i = int(wrong.argmax())
+            raise InvalidOffsetError(f"time index entries must increase: ({timestamps[i]}, {offsets[i]}) after "
+                                     f"({before_ts[i]}, {before_off[i]})")
+        return self._write_many(timestamps, self._relative_many(offsets))
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """The last entry with timestamp <= target, or `(-1, base_offset)`: where a search by time may start."""
