@@ -7,90 +7,25 @@ Skipped when `java` is missing.
 
 from __future__ import annotations
 
-import os
-import random
 import shutil
-import sys
-from datetime import UTC
 from pathlib import Path
 
 import pytest
 
-from kafkalite.manager.log_manager import LogManager
-from kafkalite.records import SimpleRecord, build_batch
-from kafkalite.records.compression import CompressionType
-from kafkalite.storage.log import FetchIsolation
-from kafkalite.storage.log_config import LogConfig
-from tests.conftest import T0
+from tests.sparkutil import (
+    append,
+    check_range_options,
+    check_sink_output,
+    error_of,
+    expected,
+    rows_of,
+    sink_rows,
+)
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs java"),
     pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
 ]
-
-SMALL = LogConfig.from_props({"segment.bytes": 2048})
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("kafkalite-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "1g")
-               .config("spark.sql.session.timeZone", "UTC")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    import kafkalite.spark
-
-    kafkalite.spark.register(session)
-    yield session
-    session.stop()
-
-
-def records(topic_seed: int, start: int, n: int) -> list[SimpleRecord]:
-    rng = random.Random(topic_seed * 1000 + start)
-    out = []
-    for i in range(start, start + n):
-        key = None if i % 9 == 4 else b"user-%d" % (i % 7)
-        value = None if i % 13 == 6 else rng.randbytes(rng.randrange(0, 200))
-        headers = (("trace", b"%d" % i), ("empty", None)) if i % 3 == 0 else ()
-        out.append(SimpleRecord(key, value, T0 + 10 * i, headers))
-    return out
-
-
-def append(root: Path, topic: str, partitions: int, start: int, n: int, per_batch: int = 4) -> None:
-    """Append with a LogManager (what an application embedding kafkalite does), codecs rotating."""
-    lm = LogManager([root], SMALL)
-    try:
-        for p in range(partitions):
-            lg = lm.get_or_create_log(topic, p, {"segment.bytes": 2048})
-            for i in range(start, start + n, per_batch):
-                codec = list(CompressionType)[(i // per_batch) % 5]
-                lg.append_as_leader(build_batch(records(p, i, min(per_batch, start + n - i)), compression=codec))
-    finally:
-        lm.shutdown()
-
-
-def expected(root: Path, topic: str, partition: int) -> list[tuple]:
-    """(offset, key, value, headers, timestamp ms) of every record, straight from the log."""
-    from kafkalite.storage.log import Log
-
-    with Log(root / f"{topic}-{partition}", SMALL) as lg:
-        return [(r.offset, r.key, r.value, [(k, v) for k, v in r.headers] or None, r.timestamp)
-                for b in lg.batches(0, FetchIsolation.LOG_END) for r in b.records()]
-
-
-def rows_of(df) -> dict[int, list[tuple]]:
-    out: dict[int, list[tuple]] = {}
-    for r in df.orderBy("partition", "offset").collect():
-        headers = None if r["headers"] is None else [(h["key"], h["value"]) for h in r["headers"]]
-        ts = int(r["timestamp"].replace(tzinfo=UTC).timestamp() * 1000)
-        out.setdefault(r["partition"], []).append((r["offset"], r["key"], r["value"], headers, ts))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -120,56 +55,24 @@ def test_batch_read_gives_exactly_the_records_across_segments_and_codecs(spark, 
 
 
 def test_offsets_timestamps_and_min_partitions_select_ranges(spark, data):
-    def offsets(**options):
-        df = reader(spark, data, **options)
-        return {p: [r["offset"] for r in rs] for p, rs in
-                _group(df.select("partition", "offset").orderBy("partition", "offset").collect()).items()}
-
-    assert offsets(assign='{"events":[1]}', startingOffsets='{"events":{"1":5}}',
-                   endingOffsets='{"events":{"1":9}}') == {1: [5, 6, 7, 8]}
-    assert offsets(subscribe="events", startingOffsets='{"events":{"0":-2,"1":58}}',
-                   endingOffsets='{"events":{"0":2,"1":-1}}') == {0: [0, 1], 1: [58, 59]}
-    # timestamps are T0 + 10 * offset; an ending timestamp is exclusive (the first offset at or after it)
-    assert offsets(subscribe="events", startingTimestamp=str(T0 + 555), endingTimestamp=str(T0 + 590)) == \
-        {0: [56, 57, 58], 1: [56, 57, 58]}
-    assert offsets(subscribe="events", startingOffsetsByTimestamp=f'{{"events":{{"0":{T0},"1":{T0 + 200}}}}}',
-                   endingOffsetsByTimestamp=f'{{"events":{{"0":{T0 + 30},"1":{T0 + 10**9}}}}}') == \
-        {0: [0, 1, 2], 1: list(range(20, 60))}
-    assert offsets(subscribe="events", startingTimestamp=str(T0 + 10**9),
-                   startingOffsetsByTimestampStrategy="latest") == {}
-    df = reader(spark, data, subscribePattern="ev.*", minPartitions="5")
-    assert df.rdd.getNumPartitions() >= 5
-    assert df.count() == 120
-
-
-def _group(rows):
-    out: dict[int, list] = {}
-    for r in rows:
-        out.setdefault(r["partition"], []).append(r)
-    return out
-
-
-def _error(action) -> str:
-    with pytest.raises(Exception) as info:
-        action()
-    return str(info.value)
+    check_range_options(lambda **options: reader(spark, data, **options))
 
 
 def test_errors_a_user_can_act_on(spark, data, tmp_path):
-    assert "unknown topic(s) nope" in _error(lambda: reader(spark, data, subscribe="nope").count())
-    assert "failOnDataLoss must be true or false" in _error(
+    assert "unknown topic(s) nope" in error_of(lambda: reader(spark, data, subscribe="nope").count())
+    assert "failOnDataLoss must be true or false" in error_of(
         lambda: reader(spark, data, subscribe="events", failOnDataLoss="maybe").count())
-    assert "startingOffsets=latest is not allowed for batch" in _error(
+    assert "startingOffsets=latest is not allowed for batch" in error_of(
         lambda: reader(spark, data, subscribe="events", startingOffsets="latest").count())
-    assert "fixed schema" in _error(lambda: spark.read.format("kafkalite").schema("value string")
-                                    .option("path", str(data)).option("subscribe", "events").load().count())
+    assert "fixed schema" in error_of(lambda: spark.read.format("kafkalite").schema("value string")
+                                      .option("path", str(data)).option("subscribe", "events").load().count())
 
     append(tmp_path, "lossy", 1, 0, 60)
     first = sorted((tmp_path / "lossy-0").glob("*.log"))[0]
     for f in first.parent.glob(first.stem + ".*"):
         f.unlink()
     lost = dict(subscribe="lossy", startingOffsets='{"lossy":{"0":0}}')
-    assert "are gone" in _error(lambda: reader(spark, tmp_path, **lost).count())
+    assert "are gone" in error_of(lambda: reader(spark, tmp_path, **lost).count())
     survivors = reader(spark, tmp_path, failOnDataLoss="false", **lost).count()
     assert 0 < survivors < 60
 
@@ -178,37 +81,16 @@ def test_errors_a_user_can_act_on(spark, data, tmp_path):
     raw = bytearray(segment.read_bytes())
     raw[80] ^= 0xFF
     segment.write_bytes(bytes(raw))
-    message = _error(lambda: reader(spark, tmp_path, subscribe="broken").collect())
+    message = error_of(lambda: reader(spark, tmp_path, subscribe="broken").collect())
     assert "CorruptBatchError" in message and str(segment) in message and "offset 0" in message
 
 
 def test_sink_output_reads_back_identically(spark, tmp_path):
-    from pyspark.sql import Row
-
-    rows = [Row(key=None if i % 5 == 0 else f"k{i}".encode(), value=None if i == 7 else f"value-{i}".encode(),
-                headers=None if i % 2 else [Row(key="h", value=b"%d" % i), Row(key="n", value=None)],
-                partition=i % 3 if i % 4 else None)
-            for i in range(40)]
-    schema = "key binary, value binary, headers array<struct<key:string,value:binary>>, partition int"
+    rows, schema = sink_rows()
     df = spark.createDataFrame(rows, schema)
     (df.write.format("kafkalite").option("path", str(tmp_path)).option("topic", "out")
      .option("numPartitions", "3").option("kafka.compression.type", "lz4").mode("append").save())
-    back = reader(spark, tmp_path, subscribe="out", includeHeaders="true").collect()
-    assert len(back) == 40
-    by_value = {r["value"]: r for r in back}
-    for i, row in enumerate(rows):
-        r = by_value[row["value"]]
-        assert r["key"] == row["key"]
-        assert (None if r["headers"] is None else [(h["key"], h["value"]) for h in r["headers"]]) == \
-            (None if row["headers"] is None else [(h["key"], h["value"]) for h in row["headers"]])
-        if row["partition"] is not None:
-            assert r["partition"] == row["partition"], i
-    keyed = {}
-    for r in back:
-        unpinned = r["value"] is not None and rows[int(r["value"].split(b"-")[1])]["partition"] is None
-        if r["key"] is not None and unpinned:
-            keyed.setdefault(r["key"], set()).add(r["partition"])
-    assert all(len(ps) == 1 for ps in keyed.values())  # murmur2: a key always goes to the same partition
+    check_sink_output(rows, reader(spark, tmp_path, subscribe="out", includeHeaders="true").collect())
     assert sorted(p.name for p in tmp_path.glob("out-*")) == ["out-0", "out-1", "out-2"]
     with pytest.raises(Exception, match="overwrite is not supported"):
         df.write.format("kafkalite").option("path", str(tmp_path)).option("topic", "out").mode("overwrite").save()

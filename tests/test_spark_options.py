@@ -76,10 +76,13 @@ def test_read_option_defaults_and_precedence():
     assert chosen.starting.kind == "timestamps"
     with pytest.raises(OptionError, match="not valid in streaming queries"):
         parse_read_options(opts(endingOffsets="latest"), "stream")
-    broker = parse_read_options({"kafka.bootstrap.servers": "h:9092", "subscribe": "t"}, "batch")
+    broker = parse_read_options({"kafka.bootstrap.servers": "h:9092", "subscribe": "t",
+                                 "kafka.Isolation.Level": "read_committed"}, "batch")
     assert isinstance(broker.backend, BrokerSpec)
-    with pytest.raises(OptionError, match="broker mode"):
-        broker.backend.open_source()
+    assert broker.backend.settings().isolation_level == 1  # kafka.* names are case-insensitive too
+    with pytest.raises(OptionError, match=r"kafka\.fetch\.max\.bytes must be an integer"):
+        parse_read_options({"kafka.bootstrap.servers": "h:9092", "subscribe": "t", "kafka.fetch.max.bytes": "x"},
+                           "batch")
 
 
 def test_durations_and_write_options():

@@ -2,8 +2,13 @@
 
 It speaks to any Kafka broker (version negotiation through ApiVersions picks the highest version both
 sides know), so `kafkalite topics` works against Apache Kafka too. It is deliberately simple: one
-connection to the bootstrap broker, requests one at a time. Real applications should use a full client
-(librdkafka, the Java client); this one exists so kafkalite's own tools need no extra dependency.
+connection (to the first reachable address of the bootstrap list), requests answered in order. Real
+applications should use a full client (librdkafka, the Java client); this one exists so kafkalite's own
+tools and the Spark connector's broker mode need no extra dependency.
+
+Requests can be pipelined (`send` several, then `receive` their answers in the same order, which
+Kafka guarantees per connection): the Spark reader asks for the next chunk of a partition while it
+decodes the previous one.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kafkalite.errors import KafkaliteError
@@ -19,7 +25,8 @@ from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode, decode_res
 from kafkalite.records.batch import RecordBatch, iter_batches
 
 _SIZE = struct.Struct(">i")
-
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 
 
 class KafkaClientError(KafkaliteError):
@@ -32,26 +39,89 @@ class KafkaClientError(KafkaliteError):
         self.error_code = error_code
 
 
+def parse_bootstrap_servers(servers: str) -> list[tuple[str, int]]:
+    """Every `host:port` of a comma-separated list (Kafka's bootstrap.servers), in order.
+
+    Accepts Kafka's listener form (`PLAINTEXT://host:port`) and bracketed IPv6 (`[::1]:9092`).
+    """
+    out = []
+    for item in servers.split(","):
+        entry = item.strip()
+        if not entry:
+            continue
+        if "://" in entry:
+            entry = entry.split("://", 1)[1]
+        host, _, port = entry.rpartition(":")
+        host = host.strip()
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bootstrap server {item.strip()!r} is not host:port")
+        out.append((host, int(port)))
+    if not out:
+        raise ValueError(f"bootstrap servers {servers!r} name no host:port")
+    return out
+
+
 def parse_bootstrap(servers: str) -> tuple[str, int]:
-    first = servers.split(",")[0].strip()
-    if "://" in first:
-        first = first.split("://", 1)[1]
-    host, _, port = first.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"bootstrap server {servers!r} is not host:port")
-    return host.strip("[]"), int(port)
+    """The first address of a bootstrap list."""
+    return parse_bootstrap_servers(servers)[0]
+
+
+def fetch_request(partitions: Sequence[tuple[str, int, int, int]], *, max_bytes: int, max_wait_ms: int = 500,
+                  min_bytes: int = 1, isolation_level: int = READ_UNCOMMITTED) -> dict[str, Any]:
+    """A Fetch body for (topic, partition, offset, partition max bytes) entries, no fetch session."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition, offset, partition_max in partitions:
+        topics.setdefault(topic, []).append({"partition": partition, "fetch_offset": offset,
+                                             "partition_max_bytes": partition_max, "current_leader_epoch": -1,
+                                             "log_start_offset": -1})
+    return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
+            "isolation_level": isolation_level, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "forgotten_topics_data": [], "rack_id": ""}
+
+
+def produce_request(batches: Mapping[tuple[str, int], Sequence[bytes | memoryview]], *, acks: int,
+                    timeout_ms: int) -> dict[str, Any]:
+    """A Produce body carrying each partition's record batches back to back (no transaction)."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), data in batches.items():
+        topics.setdefault(topic, []).append({"index": partition, "records": list(data)})
+    return {"transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
+            "topic_data": [{"name": t, "partition_data": ps} for t, ps in topics.items()]}
 
 
 class KafkaClient:
-    def __init__(self, bootstrap: str, client_id: str = "kafkalite-cli", timeout_s: float = 30.0) -> None:
-        self.host, self.port = parse_bootstrap(bootstrap)
+    """One connection to one broker: the first address of `bootstrap` (a comma-separated list) that
+    accepts it. Raises ConnectionError naming every address tried when none does."""
+
+    def __init__(self, bootstrap: str, client_id: str = "kafkalite-cli", timeout_s: float = 30.0,
+                 connect_timeout_s: float | None = None) -> None:
         self.client_id = client_id
         self.timeout_s = timeout_s
-        self._sock = socket.create_connection((self.host, self.port), timeout=timeout_s)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        failures = []
+        for host, port in parse_bootstrap_servers(bootstrap):
+            try:
+                sock = socket.create_connection((host, port), timeout=connect_timeout_s or timeout_s)
+            except OSError as exc:
+                failures.append(f"{host}:{port}: {exc.strerror or exc}")
+                continue
+            self.host, self.port = host, port
+            break
+        else:
+            raise ConnectionError("cannot connect to " + "; ".join(failures))
+        sock.settimeout(timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
         self._correlation = 0
+        self._inflight: deque[tuple[int, int, int]] = deque()  # (correlation id, api, version) awaiting an answer
         self.versions: dict[int, int] = {}
         self._negotiate()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
 
     def close(self) -> None:
         self._sock.close()
@@ -64,7 +134,7 @@ class KafkaClient:
 
     # --- transport ------------------------------------------------------------------------------
 
-    def _recv_exact(self, n: int) -> bytes:
+    def _recv_exact(self, n: int) -> bytearray:
         buf = bytearray(n)
         view = memoryview(buf)
         got = 0
@@ -73,20 +143,37 @@ class KafkaClient:
             if k == 0:
                 raise ConnectionError(f"the broker at {self.host}:{self.port} closed the connection")
             got += k
-        return bytes(buf)
+        return buf
 
-    def request(self, api: int, body: dict[str, Any], version: int | None = None,
-                expect_response: bool = True) -> dict[str, Any]:
+    def send(self, api: int, body: dict[str, Any], version: int | None = None, expect_response: bool = True) -> int:
+        """Send a request without waiting; `receive` returns the answers in the order sent."""
         v = self.versions.get(api, 0) if version is None else version
         self._correlation += 1
         self._sock.sendall(encode_request(api, v, self._correlation, self.client_id, body))
-        if not expect_response:
-            return {}
+        if expect_response:
+            self._inflight.append((self._correlation, api, v))
+        return self._correlation
+
+    @property
+    def pending(self) -> int:
+        """Requests sent whose answers were not received yet."""
+        return len(self._inflight)
+
+    def receive(self) -> dict[str, Any]:
+        """The answer to the oldest request sent and not yet received."""
+        correlation, api, v = self._inflight.popleft()
         size = _SIZE.unpack(self._recv_exact(4))[0]
-        correlation, out = decode_response(api, v, self._recv_exact(size))
-        if correlation != self._correlation:
-            raise ConnectionError(f"response correlation id {correlation} != request {self._correlation}")
+        got, out = decode_response(api, v, self._recv_exact(size))
+        if got != correlation:
+            raise ConnectionError(f"response correlation id {got} != request {correlation}")
         return out
+
+    def request(self, api: int, body: dict[str, Any], version: int | None = None,
+                expect_response: bool = True) -> dict[str, Any]:
+        if self._inflight:
+            raise RuntimeError("request() with pipelined requests still unanswered; receive() them first")
+        self.send(api, body, version, expect_response)
+        return self.receive() if expect_response else {}
 
     def _negotiate(self) -> None:
         resp = self.request(ApiKey.API_VERSIONS, {}, version=0)
@@ -100,9 +187,10 @@ class KafkaClient:
 
     # --- admin ----------------------------------------------------------------------------------
 
-    def metadata(self, topics: list[str] | None = None) -> dict[str, Any]:
+    def metadata(self, topics: list[str] | None = None, allow_auto_topic_creation: bool = False) -> dict[str, Any]:
+        """Brokers, and topics with their partitions and leaders (all topics when `topics` is None)."""
         body = {"topics": None if topics is None else [{"name": t} for t in topics],
-                "allow_auto_topic_creation": False}
+                "allow_auto_topic_creation": allow_auto_topic_creation}
         return self.request(ApiKey.METADATA, body)
 
     def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
@@ -137,8 +225,7 @@ class KafkaClient:
     # --- data -----------------------------------------------------------------------------------
 
     def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> dict[str, Any]:
-        body = {"acks": acks, "timeout_ms": int(self.timeout_s * 1000),
-                "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]}
+        body = produce_request({(topic, partition): [batch]}, acks=acks, timeout_ms=int(self.timeout_s * 1000))
         if acks == 0:
             self.request(ApiKey.PRODUCE, body, expect_response=False)
             return {}
@@ -147,24 +234,29 @@ class KafkaClient:
             raise KafkaClientError(res["error_code"], res.get("error_message") or f"{topic}-{partition}")
         return res
 
+    def list_offsets(self, queries: Mapping[tuple[str, int], int], isolation_level: int = READ_UNCOMMITTED
+                     ) -> dict[tuple[str, int], dict[str, Any]]:
+        """ListOffsets for many partitions at once: timestamp (-2 earliest, -1 latest, else the first
+        offset at or after it) per partition; each answer as the broker gave it, error code included."""
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), ts in queries.items():
+            topics.setdefault(topic, []).append({"partition_index": partition, "timestamp": ts,
+                                                 "current_leader_epoch": -1})
+        body = {"replica_id": -1, "isolation_level": isolation_level,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+        res = self.request(ApiKey.LIST_OFFSETS, body)
+        return {(t["name"], p["partition_index"]): p for t in res["topics"] for p in t["partitions"]}
+
     def list_offset(self, topic: str, partition: int, timestamp: int) -> int:
-        body = {"replica_id": -1, "isolation_level": 0,
-                "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": timestamp,
-                                                           "current_leader_epoch": -1}]}]}
-        res = self.request(ApiKey.LIST_OFFSETS, body)["topics"][0]["partitions"][0]
+        res = self.list_offsets({(topic, partition): timestamp})[(topic, partition)]
         if res["error_code"]:
             raise KafkaClientError(res["error_code"], f"{topic}-{partition}")
         return res["offset"]
 
-    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20, max_wait_ms: int = 500
-              ) -> tuple[dict[str, Any], bytes]:
-        body = {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": max_bytes,
-                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-                "topics": [{"topic": topic, "partitions": [{"partition": partition, "fetch_offset": offset,
-                                                            "partition_max_bytes": max_bytes,
-                                                            "current_leader_epoch": -1,
-                                                            "log_start_offset": -1}]}],
-                "forgotten_topics_data": [], "rack_id": ""}
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20, max_wait_ms: int = 500,
+              isolation_level: int = READ_UNCOMMITTED) -> tuple[dict[str, Any], bytes]:
+        body = fetch_request([(topic, partition, offset, max_bytes)], max_bytes=max_bytes, max_wait_ms=max_wait_ms,
+                             isolation_level=isolation_level)
         res = self.request(ApiKey.FETCH, body)
         part = res["responses"][0]["partitions"][0]
         if part["error_code"]:

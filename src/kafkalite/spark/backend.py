@@ -1,7 +1,8 @@
-"""Where the data lives, behind one small interface: files on disk now, a Kafka broker later.
+"""Where the data lives, behind one small interface: Kafka data dirs on disk, or a Kafka cluster.
 
-The reader and writer code (`source`, `stream`, `sink`) only talks to these protocols, so a broker
-mode (option `kafka.bootstrap.servers`, speaking the Kafka protocol) plugs in by implementing them:
+The reader and writer code (`source`, `stream`, `sink`) only talks to these protocols; embedded mode
+(`path`: `embedded.py`, `embedded_sink.py`) and broker mode (`kafka.bootstrap.servers`, the Kafka
+protocol: `broker_source.py`, `broker_sink.py`) implement them:
 
 - partition discovery (`list_topics`),
 - offset lookup: earliest, latest safely readable, and by timestamp (ListOffsets),
@@ -22,6 +23,12 @@ from typing import Protocol
 from kafkalite.spark.arrow_decode import RawChunk
 
 TopicPartition = tuple[str, int]
+
+
+class RangeMovedError(Exception):
+    """Raised by `SourceBackend.read` when the data at the offset being read vanished under it
+    (retention, DeleteRecords, a deleted partition); the reader then checks the log start again and
+    applies failOnDataLoss."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +63,13 @@ class SourceBackend(Protocol):
         """Whole batches covering [start, end), each chunk with the offset following it.
 
         May include records outside the range at either end (batches are whole); may stop short of
-        `end` when the data is gone, which the caller detects from the offsets reached.
+        `end` when the data is gone, which the caller detects from the offsets reached, or raise
+        RangeMovedError (or FileNotFoundError) when the offset being read is no longer there.
         """
+        ...
+
+    def close(self) -> None:
+        """Release connections or files; the backend is not used afterwards."""
         ...
 
 
@@ -99,12 +111,21 @@ class Stage(Protocol):
 class SinkBackend(Protocol):
     """What the writer needs. Tasks `stage` encoded batches; the driver `commit`s them or `abort`s.
 
-    A broker implementation would produce in `stage` and make `commit` a no-op (at-least-once,
-    as Spark's Kafka sink); the embedded one stages to files and appends at commit.
+    The broker implementation produces as batches are staged and its `commit` does nothing
+    (at-least-once, as Spark's Kafka sink); the embedded one stages to files and appends at commit.
     """
 
     def partition_count(self, topic: str) -> int | None:
         """Partitions of an existing topic, or None if the topic does not exist yet."""
+        ...
+
+    def create_topic(self, topic: str, partitions: int) -> int:
+        """Prepare a topic `partition_count` did not find; returns the partitions to route its rows
+        over. Embedded: created at commit (the staged file records the count). Broker: created now,
+        or found created by a concurrent task (whose count wins)."""
+        ...
+
+    def close(self) -> None:
         ...
 
     def open_stage(self, job_id: str) -> Stage:

@@ -135,8 +135,15 @@ class EmbeddedSink:
                         found = max(found, p)
         return None if found < 0 else found + 1
 
+    def create_topic(self, topic: str, partitions: int) -> int:
+        """Nothing yet: the commit creates the topic with all its partitions, from the staged counts."""
+        return partitions
+
     def open_stage(self, job_id: str) -> FileStage:
         return FileStage(self.root / f"{STAGING_PREFIX}{job_id}-{uuid.uuid4().hex}")
+
+    def close(self) -> None:
+        """Nothing held open between calls (the commit opens and shuts its LogManager)."""
 
     # --- driver side -----------------------------------------------------------------------------------
 

@@ -27,8 +27,14 @@ class DataLossError(SparkConnectorError):
 
 
 class CorruptBatchError(CorruptRecordError):
-    """A record batch in a segment file cannot be decoded; names the file, byte and offset."""
+    """A record batch cannot be decoded; names the segment file (or the broker's fetch answer), the byte
+    and the offset."""
 
 
 class SinkError(SparkConnectorError):
     """A write could not be committed (data dir owned by another process, bad rows)."""
+
+
+class BrokerError(SparkConnectorError):
+    """Broker mode: the cluster cannot be reached, or answered with an error that retrying did not
+    clear; names the bootstrap servers (or the broker) and Kafka's error name."""

@@ -1,8 +1,8 @@
 """Options of Spark's Kafka connector, parsed and checked once, into plain picklable values.
 
 The names, defaults and rules are those of `spark-sql-kafka-0-10` (see docs/spark.md for the
-table), so a job written for Kafka runs against kafkalite by changing the format name and
-`kafka.bootstrap.servers` into `path`. Every mistake is reported as an OptionError naming the
+table), so a job written for Kafka runs against kafkalite by changing the format name (and, to read
+data dirs in place, `kafka.bootstrap.servers` into `path`). Every mistake is reported as an OptionError naming the
 option, the bad value and what would be accepted, before any data is touched.
 """
 

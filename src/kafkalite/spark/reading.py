@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from kafkalite.spark.arrow_decode import decode_chunk
-from kafkalite.spark.backend import BackendSpec, SourceBackend, TopicPartition
+from kafkalite.spark.backend import BackendSpec, RangeMovedError, SourceBackend, TopicPartition
 from kafkalite.spark.errors import DataLossError, UnknownTopicError
 
 log = logging.getLogger("kafkalite.spark")
@@ -40,6 +40,13 @@ def read_range(r: OffsetRange) -> Iterator[pa.RecordBatch]:
     if r.end <= r.start:
         return
     backend = r.spec.open_source()
+    try:
+        yield from _read(backend, r)
+    finally:
+        backend.close()
+
+
+def _read(backend: SourceBackend, r: OffsetRange) -> Iterator[pa.RecordBatch]:
     tp = (r.topic, r.partition)
     offset = _check_start(backend, r, tp, r.start)
     if offset is None:
@@ -53,10 +60,12 @@ def read_range(r: OffsetRange) -> Iterator[pa.RecordBatch]:
                     yield batch
                 offset = max(offset, next_offset)
             break
-        except FileNotFoundError:
-            # retention or truncation removed a segment while it was being read
+        except (FileNotFoundError, RangeMovedError):
+            # retention or truncation removed a segment (or the broker's log start passed the offset)
             moved = _check_start(backend, r, tp, offset)
-            if moved is None or moved == offset:
+            if moved is None:
+                return
+            if moved == offset:
                 raise
             offset = moved
     if offset < r.end:

@@ -1,12 +1,14 @@
-"""The `kafkalite` sink: Spark's Kafka sink columns in, record batches out, appended on commit.
+"""The `kafkalite` sink: Spark's Kafka sink columns in, record batches out, to data dirs or a broker.
 
 Columns, as in Spark's Kafka sink: `value` (string or binary, required), `key` (string or binary),
 `headers` (array<struct<key string, value binary>>), `topic` (string; the `topic` option wins),
 `partition` (int; else murmur2 of the key, as Kafka's producer). Other columns are ignored.
 
-Tasks encode their rows (Arrow, column-wise) and stage the batches; the driver commits them. Batch
-writes land all together or, if the job fails, not at all. Streaming writes are exactly-once per
-micro-batch id (see embedded_sink for how a retried or interrupted commit is detected).
+Tasks encode their rows (Arrow, column-wise) and route them to partitions here, the same way for
+both backends; the backend's stage takes the batches. Embedded mode stages them to files that the
+driver appends at commit: batch writes land all together or not at all, streaming writes exactly
+once per micro-batch id (see embedded_sink). Broker mode produces them from the tasks and commits
+nothing: at-least-once, as Spark's Kafka sink (see broker_sink).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +32,7 @@ from kafkalite.spark.backend import SinkBackend, Stage, StagedFile
 from kafkalite.spark.embedded_sink import sink_id_for
 from kafkalite.spark.errors import OptionError, SinkError
 from kafkalite.spark.options import WriteOptions, parse_write_options
+from kafkalite.spark.specs import BrokerSpec
 
 
 @dataclass
@@ -77,7 +81,9 @@ class _Encoder:
     def _partition_count(self, topic: str) -> int:
         count = self.partition_counts.get(topic)
         if count is None:
-            count = self.sink.partition_count(topic) or self.opts.num_partitions
+            count = self.sink.partition_count(topic)
+            if count is None:
+                count = self.sink.create_topic(topic, self.opts.num_partitions)
             self.partition_counts[topic] = count
         return count
 
@@ -126,15 +132,34 @@ def _sink(opts: WriteOptions) -> SinkBackend:
 
 def _stage(opts: WriteOptions, job_id: str, batches: Iterator[pa.RecordBatch]) -> StagedMessage:
     sink = _sink(opts)
-    stage = sink.open_stage(job_id)
     try:
-        encoder = _Encoder(opts, sink, stage)
-        for rb in batches:
-            encoder.add(rb)
-        return StagedMessage(stage.finish(encoder.partition_counts))
-    except BaseException:
-        stage.discard()
-        raise
+        stage = sink.open_stage(job_id)
+        try:
+            encoder = _Encoder(opts, sink, stage)
+            for rb in batches:
+                encoder.add(rb)
+            return StagedMessage(stage.finish(encoder.partition_counts))
+        except BaseException:
+            stage.discard()
+            raise
+    finally:
+        sink.close()
+
+
+def _commit(opts: WriteOptions, job_id: str, staged: list[StagedFile], **once: Any) -> None:
+    sink = _sink(opts)
+    try:
+        sink.commit(job_id, staged, **once)
+    finally:
+        sink.close()
+
+
+def _abort(opts: WriteOptions, job_id: str, staged: list[StagedFile | None], **once: Any) -> None:
+    sink = _sink(opts)
+    try:
+        sink.abort(job_id, staged, **once)
+    finally:
+        sink.close()
 
 
 def _staged(messages: list[WriterCommitMessage | None]) -> list[StagedFile | None]:
@@ -153,21 +178,23 @@ class BatchWriter(DataSourceArrowWriter):
         return _stage(self.opts, self.job_id, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        staged = [s for s in _staged(messages) if s is not None]
-        _sink(self.opts).commit(self.job_id, staged)
+        _commit(self.opts, self.job_id, [s for s in _staged(messages) if s is not None])
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        _sink(self.opts).abort(self.job_id, _staged(messages))
+        _abort(self.opts, self.job_id, _staged(messages))
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
-    """`writeStream.format("kafkalite")`: each micro-batch id is appended exactly once."""
+    """`writeStream.format("kafkalite")`: each micro-batch id is appended exactly once (embedded mode),
+    or produced by its tasks at least once (broker mode)."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.opts = parse_write_options(options)
         check_schema(schema, self.opts.topic)
         lowered = {k.lower(): v for k, v in options.items()}
         sink_id = self.opts.sink_id
+        if sink_id is None and isinstance(self.opts.backend, BrokerSpec):
+            sink_id = "broker"  # at-least-once: nothing is kept per sink, so no identity is needed
         if sink_id is None:
             location = lowered.get("checkpointlocation")
             if not location:
@@ -189,8 +216,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
         return _stage(self.opts, self._job(batch_id if batch_id is not None else f"x{os.getpid()}"), iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        staged = [s for s in _staged(messages) if s is not None]
-        _sink(self.opts).commit(self._job(batchId), staged, sink_id=self.sink_id, batch_id=batchId)
+        _commit(self.opts, self._job(batchId), [s for s in _staged(messages) if s is not None],
+                sink_id=self.sink_id, batch_id=batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        _sink(self.opts).abort(self._job(batchId), _staged(messages), sink_id=self.sink_id)
+        _abort(self.opts, self._job(batchId), _staged(messages), sink_id=self.sink_id)

@@ -20,6 +20,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from kafkalite.spark.backend import SourceBackend, TopicPartition
 from kafkalite.spark.errors import OptionError
 from kafkalite.spark.offsets import split_ranges
 from kafkalite.spark.options import OffsetSpec, ReadOptions, parse_bool, parse_read_options
@@ -83,21 +84,30 @@ def _check_fixed_schema(schema: StructType, include_headers: bool) -> None:
                           "with .schema(...), and use includeHeaders to get the headers column")
 
 
+def _plan(backend: SourceBackend, opts: ReadOptions) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """Starting and ending offset of every partition a batch query reads."""
+    tps = discover(backend, opts.subscription)
+    bounds = backend.offset_bounds(tps)
+    start = resolve(backend, opts.starting, tps, bounds, option=option_name(opts.starting, "starting"),
+                    strategy=opts.starting_strategy)
+    end = resolve(backend, opts.ending, tps, bounds, option=option_name(opts.ending, "ending"), no_match="latest")
+    for tp in tps:
+        if start[tp] > end[tp]:
+            raise OptionError(f"the starting offset {start[tp]} of {tp[0]}-{tp[1]} is after its ending offset "
+                              f"{end[tp]}; check startingOffsets/endingOffsets (or their timestamp forms)")
+    return start, end
+
+
 class BatchReader(DataSourceReader):
     """Plans the ranges in the planner process; each range is read by `read` in an executor."""
 
     def __init__(self, opts: ReadOptions) -> None:
         backend = opts.backend.open_source()
-        tps = discover(backend, opts.subscription)
-        bounds = backend.offset_bounds(tps)
-        start = resolve(backend, opts.starting, tps, bounds, option=option_name(opts.starting, "starting"),
-                        strategy=opts.starting_strategy)
-        end = resolve(backend, opts.ending, tps, bounds, option=option_name(opts.ending, "ending"),
-                      no_match="latest")
-        for tp in tps:
-            if start[tp] > end[tp]:
-                raise OptionError(f"the starting offset {start[tp]} of {tp[0]}-{tp[1]} is after its ending offset "
-                                  f"{end[tp]}; check startingOffsets/endingOffsets (or their timestamp forms)")
+        try:
+            start, end = _plan(backend, opts)
+        finally:
+            backend.close()
+        tps = sorted(start)
         ranges = split_ranges([(tp, start[tp], end[tp]) for tp in tps], opts.min_partitions)
         self.ranges: list[InputPartition] = [
             OffsetRange(opts.backend, t, p, s, e, opts.include_headers, opts.fail_on_data_loss, opts.check_crcs)

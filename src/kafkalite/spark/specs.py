@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kafkalite.spark.backend import SinkBackend, SourceBackend
-from kafkalite.spark.errors import OptionError
+from kafkalite.spark.broker_settings import BrokerSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,20 +30,27 @@ class EmbeddedSpec:
 class BrokerSpec:
     """A Kafka cluster (kafkalite's broker or Apache Kafka) reached through `kafka.bootstrap.servers`.
 
-    The broker implementation of the backend protocols is not written yet; the option is parsed
-    so that queries fail with a clear message rather than a missing-option one.
+    `params` are the `kafka.*` options without the prefix (lower-cased, as Spark hands options over);
+    they are checked here, when the options are parsed, so a bad value fails the query before any
+    connection is made. Each process that plans, reads or writes opens its own connections from
+    this spec: the backends are in `broker_source.py` and `broker_sink.py`.
     """
 
     bootstrap_servers: str
     params: tuple[tuple[str, str], ...] = ()
 
-    def _unavailable(self) -> OptionError:
-        return OptionError(f"broker mode (kafka.bootstrap.servers={self.bootstrap_servers}) is not available in "
-                           "this version of kafkalite's Spark connector; read the data dirs directly with "
-                           "option path instead")
+    def __post_init__(self) -> None:
+        self.settings()
+
+    def settings(self) -> BrokerSettings:
+        return BrokerSettings.parse(self.bootstrap_servers, dict(self.params))
 
     def open_source(self) -> SourceBackend:
-        raise self._unavailable()
+        from kafkalite.spark.broker_source import BrokerSource
+
+        return BrokerSource(self.settings())
 
     def open_sink(self, topic_configs: Mapping[str, str] | None = None, lock_timeout_ms: int = 60_000) -> SinkBackend:
-        raise self._unavailable()
+        from kafkalite.spark.broker_sink import BrokerSink
+
+        return BrokerSink(self.settings(), topic_configs)

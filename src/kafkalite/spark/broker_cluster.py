@@ -1,0 +1,240 @@
+"""Connections to a Kafka cluster for the broker backends: metadata from any broker, data from leaders.
+
+Kafka serves a partition's reads and writes only on its leader, which Metadata names by node id
+(with each node's host and port). One broker is the common case here, but nothing assumes that the
+bootstrap address is the leader: a partition is always asked of the node Metadata says leads it,
+over one connection per node, opened on first use.
+
+Failures Kafka's clients retry (a leader that moved, a broker restarting, a dropped connection) are
+retried with backoff, forgetting connections and leaders in between, until `default.api.timeout.ms`.
+A cluster that cannot be reached at all fails at once, naming the bootstrap servers: that is a
+configuration mistake far more often than an outage.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from kafkalite.client import KafkaClient
+from kafkalite.protocol import ErrorCode
+from kafkalite.spark.backend import TopicPartition
+from kafkalite.spark.broker_settings import BrokerSettings
+from kafkalite.spark.errors import BrokerError, UnknownTopicError
+
+log = logging.getLogger("kafkalite.spark")
+
+T = TypeVar("T")
+
+# Errors Kafka's clients treat as transient (RetriableException subclasses) that can reach us.
+RETRIABLE = frozenset({
+    ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.BROKER_NOT_AVAILABLE, ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.OFFSET_NOT_AVAILABLE,
+    ErrorCode.NOT_CONTROLLER, ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+})
+
+
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
+
+
+class RetriableError(Exception):
+    """A transient condition (leader moved, broker starting): `Cluster.retrying` tries again."""
+
+
+@dataclass(slots=True)
+class TopicMetadata:
+    error: int
+    internal: bool
+    leaders: dict[int, int] = field(default_factory=dict)  # partition -> leader node id (-1: none now)
+
+
+class Cluster:
+    """The brokers of one `kafka.bootstrap.servers`, as seen from one Spark process."""
+
+    def __init__(self, settings: BrokerSettings) -> None:
+        self.settings = settings
+        self._nodes: dict[int, KafkaClient] = {}
+        self._brokers: dict[int, tuple[str, int]] = {}
+        self._leaders: dict[TopicPartition, int] = {}
+        self._controller = -1
+        self._any: KafkaClient | None = None
+        try:
+            self._any = self._connect_bootstrap()
+        except RetriableError as exc:  # unreachable from the start: a wrong address, or no broker running
+            raise BrokerError(f"{exc}; check the address and that the broker is running") from None
+
+    # --- connections ------------------------------------------------------------------------------
+
+    def _connect(self, address: str) -> KafkaClient:
+        return KafkaClient(address, client_id=self.settings.client_id,
+                           timeout_s=self.settings.request_timeout_ms / 1000,
+                           connect_timeout_s=self.settings.connect_timeout_ms / 1000)
+
+    def _connect_bootstrap(self) -> KafkaClient:
+        servers = self.settings.bootstrap_servers
+        try:
+            return self._connect(servers)
+        except OSError as exc:
+            known = ",".join(f"{h}:{p}" for h, p in self._brokers.values())
+            if known:  # the bootstrap list may be stale; the brokers Metadata named are as good
+                try:
+                    return self._connect(known)
+                except OSError:
+                    pass
+            raise RetriableError(f"cannot reach any Kafka broker of kafka.bootstrap.servers={servers} "
+                                 f"({exc})") from None
+
+    def any_broker(self) -> KafkaClient:
+        """A connection for cluster-wide requests (Metadata, CreateTopics)."""
+        if self._any is None:
+            self._any = self._connect_bootstrap()
+        return self._any
+
+    def controller(self) -> KafkaClient:
+        """Where CreateTopics goes: the controller Metadata names (older Kafka accepts it nowhere else;
+        newer brokers forward it), else any broker."""
+        if self._controller < 0 or self._controller not in self._brokers:
+            self.metadata([])
+        return self.node(self._controller) if self._controller in self._brokers else self.any_broker()
+
+    def node(self, node_id: int) -> KafkaClient:
+        """The connection to one broker, by the node id Metadata gave."""
+        client = self._nodes.get(node_id)
+        if client is None:
+            address = self._brokers.get(node_id)
+            if address is None:
+                raise RetriableError(f"broker {node_id} is not in the cluster's metadata")
+            try:
+                client = self._connect(f"{address[0]}:{address[1]}")
+            except OSError as exc:
+                raise RetriableError(f"cannot reach broker {node_id} at {address[0]}:{address[1]}: {exc}") from None
+            self._nodes[node_id] = client
+        return client
+
+    def drop(self, node_id: int) -> None:
+        """Close one connection (broken, or left with an answer nobody will read)."""
+        client = self._nodes.pop(node_id, None)
+        if client is not None:
+            client.close()
+
+    def reset(self) -> None:
+        """Forget every connection and leader: after an error, everything is looked up again."""
+        for client in self._nodes.values():
+            client.close()
+        self._nodes.clear()
+        if self._any is not None:
+            self._any.close()
+            self._any = None
+        self._leaders.clear()
+
+    def close(self) -> None:
+        self.reset()
+
+    # --- metadata ---------------------------------------------------------------------------------
+
+    def metadata(self, topics: Iterable[str] | None) -> dict[str, TopicMetadata]:
+        """Metadata of some topics (all when None), refreshing the known brokers and leaders."""
+        wanted = None if topics is None else sorted(set(topics))
+        resp = self.any_broker().metadata(wanted)
+        self._brokers.update({b["node_id"]: (b["host"], b["port"]) for b in resp.get("brokers", [])})
+        self._controller = resp.get("controller_id", -1)
+        out: dict[str, TopicMetadata] = {}
+        for t in resp.get("topics", []):
+            name = t.get("name")
+            if not name:
+                continue
+            info = TopicMetadata(t["error_code"], bool(t.get("is_internal")))
+            for p in t.get("partitions", []):
+                leader = p["leader_id"] if p["error_code"] in (0, ErrorCode.REPLICA_NOT_AVAILABLE) else -1
+                info.leaders[p["partition_index"]] = leader
+                if leader >= 0:
+                    self._leaders[(name, p["partition_index"])] = leader
+                else:
+                    self._leaders.pop((name, p["partition_index"]), None)
+            out[name] = info
+        return out
+
+    def leaders(self, tps: Iterable[TopicPartition]) -> dict[int, list[TopicPartition]]:
+        """Partitions grouped by their leader's node id.
+
+        Raises UnknownTopicError for a partition that does not exist, RetriableError for one that
+        has no leader right now.
+        """
+        tps = list(tps)
+        unknown = sorted({t for t, p in tps if (t, p) not in self._leaders})
+        if unknown:
+            found = self.metadata(unknown)
+            for topic in unknown:
+                info = found.get(topic)
+                if info is None or info.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise UnknownTopicError(f"topic {topic} does not exist on the broker(s) at "
+                                            f"{self.settings.bootstrap_servers}")
+                if info.error and info.error not in RETRIABLE:
+                    raise BrokerError(f"metadata of topic {topic}: {error_name(info.error)}")
+        groups: dict[int, list[TopicPartition]] = {}
+        for tp in tps:
+            leader = self._leaders.get(tp)
+            if leader is None:
+                known = self.metadata([tp[0]]).get(tp[0])
+                if known is not None and tp[1] not in known.leaders and not known.error:
+                    raise UnknownTopicError(f"partition {tp[0]}-{tp[1]} does not exist on the broker(s) at "
+                                            f"{self.settings.bootstrap_servers} ({tp[0]} has partitions "
+                                            f"{sorted(known.leaders)})")
+                raise RetriableError(f"{tp[0]}-{tp[1]} has no leader right now")
+            groups.setdefault(leader, []).append(tp)
+        return groups
+
+    def forget_leaders(self) -> None:
+        self._leaders.clear()
+
+    # --- retries ----------------------------------------------------------------------------------
+
+    def backoff(self, what: str) -> Backoff:
+        return Backoff(self, what)
+
+    def retrying(self, what: str, attempt: Callable[[], T]) -> T:
+        """`attempt()` until it succeeds; transient failures are retried with backoff until
+        default.api.timeout.ms, with connections and leaders looked up afresh each time."""
+        backoff = self.backoff(what)
+        while True:
+            try:
+                return attempt()
+            except (RetriableError, OSError) as exc:
+                backoff.failed(exc)
+
+
+class Backoff:
+    """Retry pacing for one operation: waits that double up to 1 s, for at most default.api.timeout.ms
+    since the operation last made progress; then a BrokerError saying what kept failing."""
+
+    def __init__(self, cluster: Cluster, what: str) -> None:
+        self.cluster = cluster
+        self.what = what
+        self.reset()
+
+    def reset(self) -> None:
+        """Progress was made: the next failure starts a fresh budget."""
+        settings = self.cluster.settings
+        self.deadline = time.monotonic() + settings.api_timeout_ms / 1000
+        self.delay = settings.retry_backoff_ms / 1000
+
+    def failed(self, exc: BaseException) -> None:
+        """Wait before the next attempt (connections and leaders forgotten), or give up."""
+        settings = self.cluster.settings
+        if time.monotonic() + self.delay > self.deadline:
+            raise BrokerError(f"{self.what} failed: {exc} (still failing after {settings.api_timeout_ms} ms of "
+                              f"retries; kafka.bootstrap.servers={settings.bootstrap_servers}; "
+                              "kafka.default.api.timeout.ms sets how long to retry)") from None
+        log.info("%s: %s; retrying in %.0f ms", self.what, exc, self.delay * 1000)
+        self.cluster.reset()
+        time.sleep(self.delay)
+        self.delay = min(max(self.delay, 0.01) * 2, 1.0)
