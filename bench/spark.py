@@ -20,7 +20,6 @@ import base64
 import os
 import shutil
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -109,20 +108,9 @@ def generate(root: Path, values_of: Callable[[np.random.Generator, int], pa.Arra
 
 
 def _session():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from kafkalite.spark import local_session
 
-    spark = (SparkSession.builder.master("local[2]").appName("kafkalite-bench")
-             .config("spark.ui.enabled", "false")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "4g")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    import kafkalite.spark
-
-    kafkalite.spark.register(spark)
-    return spark
+    return local_session("kafkalite-bench", **{"spark.driver.memory": "4g"})
 
 
 def bench_spark_read(results: dict) -> None:

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import random
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -79,23 +77,12 @@ def write_events(data_dir: Path, views: list[tuple[int, SimpleRecord]]) -> float
 
 
 def spark_session() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     import warnings
 
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
-    from pyspark.sql import SparkSession
+    from kafkalite.spark import local_session
 
-    spark = (SparkSession.builder.master("local[2]").appName("kafkalite-demo")
-             .config("spark.ui.enabled", "false")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.showConsoleProgress", "false")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    from kafkalite.spark import register
-
-    register(spark)
-    return spark
+    return local_session("kafkalite-demo", **{"spark.ui.showConsoleProgress": "false"})
 
 
 def run_aggregation(spark: Any, data_dir: Path, checkpoint: Path) -> tuple[int, float]:
