@@ -513,3 +513,30 @@ def test_meta_properties_round_trip(props: dict[str, str]) -> None:
 def test_meta_properties_arbitrary_bytes(data: bytes) -> None:
     with contextlib.suppress(CheckpointError):
         assert isinstance(decode_properties(data), dict)
+
+
+def test_concurrent_writers_of_one_checkpoint_never_collide(tmp_path) -> None:
+    """The broker's periodic high-watermark checkpoint and its shutdown checkpoint once ran together:
+    both wrote the same `.tmp` and the second rename failed. Each writer here builds its own object,
+    as the broker does."""
+    import threading
+
+    path = tmp_path / REPLICATION_OFFSET_CHECKPOINT_FILE
+    failures: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            for i in range(60):
+                OffsetCheckpointFile(path).write({("t", n): i})
+        except BaseException as exc:  # collected and asserted below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    [(tp, offset)] = OffsetCheckpointFile(path).read().items()
+    assert tp[0] == "t" and offset == 59
+    assert not (tmp_path / (REPLICATION_OFFSET_CHECKPOINT_FILE + ".tmp")).exists()

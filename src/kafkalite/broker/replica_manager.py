@@ -417,4 +417,5 @@ class ReplicaManager:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
-            await asyncio.to_thread(self.checkpoint_high_watermarks)
+            if not stop.is_set():  # the shutdown writes the final one
+                await asyncio.to_thread(self.checkpoint_high_watermarks)

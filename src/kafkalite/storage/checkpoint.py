@@ -85,6 +85,23 @@ class MalformedFieldError(Exception):
 # --- atomic write ------------------------------------------------------------------------------
 
 
+_path_locks: dict[str, threading.Lock] = {}
+_path_locks_guard = threading.Lock()
+
+
+def _writer_lock(path: Path) -> threading.Lock:
+    """One lock per file path in this process. Writers of a file share its `.tmp`, so two at once (a
+    periodic checkpoint task and the shutdown's final checkpoint, say) would truncate each other's
+    temp file and the second rename would fail; callers build a new checkpoint object per write, so
+    a lock on the object cannot serialise them."""
+    key = os.path.abspath(path)
+    with _path_locks_guard:
+        lock = _path_locks.get(key)
+        if lock is None:
+            lock = _path_locks[key] = threading.Lock()
+        return lock
+
+
 def atomic_write(path: StrPath, data: bytes) -> None:
     """Replace `path` with `data` so that a crash at any moment leaves the old or the new content.
 
@@ -93,16 +110,17 @@ def atomic_write(path: StrPath, data: bytes) -> None:
     """
     target = Path(path)
     tmp = target.with_name(target.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    except BaseException:
+    with _writer_lock(target):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
         os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    os.replace(tmp, target)
+        os.replace(tmp, target)
     fsync_dir(target.parent)
 
 
@@ -189,12 +207,10 @@ class CheckpointFile(Generic[T]):
         self.path = Path(path)
         self.version = version
         self._format = entry_format
-        self._lock = threading.Lock()  # one `.tmp` per file: concurrent writers would interleave
+        self._lock = threading.Lock()
 
     def write(self, entries: Iterable[T]) -> None:
-        data = self.encode(entries)
-        with self._lock:
-            atomic_write(self.path, data)
+        atomic_write(self.path, self.encode(entries))  # serialised per path, across instances
 
     def read(self) -> list[T]:
         with self._lock:
