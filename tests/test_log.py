@@ -594,3 +594,28 @@ def test_plain_append_fast_path_matches_general_path(tmp_path, env):
     for base in segment_bases(fast):
         assert fast.segments[base].log.read(0, 10**6) == general.segments[base].log.read(0, 10**6)
     assert fast.leader_epoch_cache.epoch_entries() == general.leader_epoch_cache.epoch_entries()
+
+
+def test_segment_map_forgets_its_active_segment_on_every_change(tmp_path):
+    """The active segment is remembered for the append path; any change to the map must drop it."""
+    from kafkalite.storage.log import SegmentMap
+
+    segments = SegmentMap()
+    segments[0] = "s0"
+    assert segments.last_segment == "s0"
+    segments[10] = "s10"
+    assert segments.last_segment == "s10"
+    del segments[10]
+    assert segments.last_segment == "s0"
+    segments.update({20: "s20"})
+    assert segments.last_segment == "s20"
+    segments |= {30: "s30"}
+    assert segments.last_segment == "s30"
+    assert segments.pop(30) == "s30" and segments.last_segment == "s20"
+    assert segments.popitem() == (20, "s20") and segments.last_segment == "s0"
+    segments.setdefault(40, "s40")
+    assert segments.last_segment == "s40"
+    segments.clear()
+    segments[5] = "s5"
+    assert segments.last_segment == "s5"
+    assert SegmentMap({1: "a", 9: "b"}).last_segment == "b"
