@@ -113,24 +113,22 @@ def run_aggregation(spark: Any, data_dir: Path, checkpoint: Path) -> tuple[int, 
     return rows, elapsed
 
 
-def compact_stats(data_dir: Path) -> tuple[int, int, int]:
-    """Roll and clean every user-stats partition; (records before, records after, partitions compacted)."""
-    before = after = cleaned = 0
+def compact_stats(data_dir: Path) -> tuple[int, int, int, int]:
+    """Roll and clean every user-stats partition; (records before, after, partitions compacted, partitions)."""
+    before = after = compacted = 0
     with LogManager([data_dir], topic_configs={STATS: STATS_CONFIG}) as manager:
-        for p in range(PARTITIONS):
-            lg = manager.get_log(STATS, p)
-            if lg is None:
-                continue
+        logs = sorted((lg for lg in manager.all_logs() if lg.topic == STATS), key=lambda lg: lg.partition)
+        for lg in logs:
             records = _count(lg)
             if lg.active_segment.size:
                 lg.roll()  # the active segment is never cleaned: close it so everything is eligible
             lg.update_high_watermark(lg.log_end_offset)
             if manager.cleaner is not None:
                 # the manager's own cleaner threads may get there first; clean_now then has nothing left
-                manager.cleaner.clean_now(STATS, p)
+                manager.cleaner.clean_now(STATS, lg.partition)
             remaining = _count(lg)
-            before, after, cleaned = before + records, after + remaining, cleaned + (remaining < records)
-    return before, after, cleaned
+            before, after, compacted = before + records, after + remaining, compacted + (remaining < records)
+    return before, after, compacted, len(logs)
 
 
 def _count(lg: Any) -> int:
@@ -196,8 +194,8 @@ def run(args: Any) -> int:
         rows2, secs2 = run_aggregation(spark, data_dir, checkpoint)
         print(f"3. {n2:,} new events arrived; the query resumed from its checkpoint and read exactly {rows2:,} "
               f"rows in {secs2:.1f} s")
-        before, after, cleaned = compact_stats(data_dir)
-        print(f"4. The log cleaner compacted '{STATS}' ({cleaned} of {PARTITIONS} partitions had older "
+        before, after, cleaned, stats_partitions = compact_stats(data_dir)
+        print(f"4. The log cleaner compacted '{STATS}' ({cleaned} of {stats_partitions} partition(s) had older "
               f"aggregates to drop): {before:,} aggregate records -> {after:,}, one per user")
         top = latest_stats(spark, data_dir)
     finally:
