@@ -32,6 +32,9 @@ from kafkalite.storage.txn_index import AbortedTxn, TransactionIndex
 log = logging.getLogger("kafkalite.storage")
 
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
+LONG_MAX = (1 << 63) - 1
+DEFAULT_INDEX_INTERVAL_BYTES = 4096
+DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
 
 
 class _RecoveryState:
@@ -75,9 +78,6 @@ class _RecoveryState:
         if len(chosen):
             self.last_index_entry = int(positions[chosen[-1]])
         return chosen
-LONG_MAX = (1 << 63) - 1
-DEFAULT_INDEX_INTERVAL_BYTES = 4096
-DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
 
 
 class _UseSize:
