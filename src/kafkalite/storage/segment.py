@@ -492,13 +492,13 @@ class LogSegment:
         last_offsets = base_offsets + deltas
         relative = last_offsets - state.base
         previous = np.concatenate(([state.previous_last], last_offsets[:-1]))
-        bad = (relative < 0) | (relative > MAX_RELATIVE_OFFSET) | (base_offsets < state.base) | (deltas < 0)
-        bad |= last_offsets <= previous
+        misfit = (relative < 0) | (relative > MAX_RELATIVE_OFFSET) | (base_offsets < state.base) | (deltas < 0)
+        bad = misfit | (last_offsets <= previous)
         n = len(last_offsets)
         if bad.any():
             n = int(bad.argmax())
             first, last = int(base_offsets[n]), int(last_offsets[n])
-            if relative[n] < 0 or relative[n] > MAX_RELATIVE_OFFSET or first < state.base or deltas[n] < 0:
+            if misfit[n]:
                 state.failure = CorruptRecordError(f"batch offsets {first}..{last} do not fit segment base "
                                                    f"{state.base}")
             else:
