@@ -134,6 +134,37 @@ def test_records_that_do_not_add_up_are_corrupt_even_with_a_good_crc():
         decode_chunk(RawChunk(bytes(_recrc(batch)), "f.log"), "t", 0, 0, 10, False)
 
 
+def _one_record_batch(record: bytes, count: int = 1) -> bytes:
+    """A valid batch header (CRC included) around hand-made record bytes."""
+    batch = bytearray(build_batch([SimpleRecord(None, b"", T0)]))[:61] + record
+    struct.pack_into(">i", batch, 8, len(batch) - 12)
+    struct.pack_into(">i", batch, 57, count)
+    return bytes(_recrc(batch))
+
+
+def test_a_too_long_varint_is_corrupt_and_named():
+    body = b"\x00\x00\x00" + b"\x80\x80\x80\x80\x80\x00" + b"\x00\x00"  # key length: six varint bytes
+    data = _one_record_batch(bytes([len(body) << 1]) + body)
+    with pytest.raises(CorruptBatchError, match="key length varint is longer than 5 bytes"):
+        decode_chunk(RawChunk(data, "f.log"), "t", 0, 0, 10, False)
+
+
+def test_a_five_byte_varint_wraps_to_32_bits_as_kafka_reads_it():
+    delta = b"\xfe\xff\xff\xff\x7f"  # bits past the 32nd set: Kafka's readVarint drops them
+    body = b"\x00\x00" + delta + b"\x01\x02v\x00"  # null key, value "v", no headers
+    data = _one_record_batch(bytes([len(body) << 1]) + body)
+    expected = _expected(data, -(2**40), 2**40)
+    assert [r.offset for r in expected] == [2**31 - 1]
+    _check(decode_chunk(RawChunk(data, "f.log"), "t", 0, -(2**40), 2**40, True), expected)
+
+
+def test_a_record_count_a_compressed_batch_cannot_hold_is_corrupt():
+    batch = bytearray(build_batch([SimpleRecord(b"k", b"v" * 50, T0)], compression=CompressionType.LZ4))
+    struct.pack_into(">i", batch, 57, 1_000_000_000)  # sizing arrays by this would need ~90 GB
+    with pytest.raises(CorruptBatchError, match="record count 1000000000 cannot fit"):
+        decode_chunk(RawChunk(bytes(_recrc(batch)), "f.log"), "t", 0, 0, 2**40, False)
+
+
 def test_a_corrupt_compressed_payload_is_reported():
     batch = bytearray(build_batch([SimpleRecord(b"k", b"v" * 100, T0)], compression=CompressionType.ZSTD))
     batch[70] ^= 0x55

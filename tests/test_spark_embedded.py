@@ -6,6 +6,7 @@ through the same functions Spark's tasks call.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import random
@@ -79,6 +80,14 @@ def test_discovery_and_bounds_across_segments(tmp_path):
         src.offset_bounds([("t", 9)])
     with pytest.raises(OptionError, match="do not exist"):
         EmbeddedSource((str(tmp_path / "nope"),))
+
+
+def test_reading_in_process_leaves_the_garbage_collector_alone(tmp_path):
+    """Spark workers freeze their heap when they first read; an application or a test must not."""
+    fill(tmp_path, partitions=1)
+    frozen = gc.get_freeze_count()
+    assert read_all(tmp_path) == list(range(100))
+    assert gc.get_freeze_count() == frozen
 
 
 def test_reading_changes_nothing_and_takes_no_lock(tmp_path):

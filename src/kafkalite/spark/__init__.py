@@ -27,7 +27,11 @@ def register(spark: SparkSession) -> None:
 def local_session(app_name: str, **conf: str) -> SparkSession:
     """A `local[2]` session bound to loopback with kafkalite registered: what the demo, the tests and the
     benchmarks run on. Python workers use this interpreter (so they see the same kafkalite), the UI is
-    off, and shuffles use 2 partitions, which suits a 2-core machine; `conf` adds or overrides settings."""
+    off, and shuffles use 2 partitions, which suits a 2-core machine; `conf` adds or overrides settings.
+
+    The JVM and its Python workers talk over Unix domain sockets (Spark >= 4.1,
+    `spark.python.unix.domain.socket.enabled`) rather than loopback TCP: every record a Python source
+    yields crosses that socket, and it costs the reading JVM thread about a tenth less CPU."""
     import os
     import sys
 
@@ -37,7 +41,8 @@ def local_session(app_name: str, **conf: str) -> SparkSession:
 
     builder = SparkSession.builder.master("local[2]").appName(app_name)
     settings = {"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
-                "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "2", **conf}
+                "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "2",
+                "spark.python.unix.domain.socket.enabled": "true", **conf}
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -1,15 +1,14 @@
-"""Record batches (v2) decoded straight into Arrow arrays, vectorised with numpy.
+"""Record batches (v2) decoded straight into Arrow arrays, a chunk of batches at a time.
 
 Spark takes `pyarrow.RecordBatch`es from a Python source several times faster than tuples, so the
 reader never builds a Python object per record. The work per chunk of batches is:
 
 1. frame the batches with one struct call each, check their CRC32C, skip control batches and those
    outside the offset range, decompress compressed payloads (whole batch at once);
-2. walk the record chain: each record's start depends on the previous one's length, so this is the
-   one per-record Python loop, reduced to reading a one- or two-byte varint and an addition;
-3. decode every other field of all records together (`varint_np`), with one gather per varint byte;
-4. cut keys, values and headers out of the buffer with a single Arrow `take` over a binary array
-   whose pieces alternate between the gaps and the fields, so each copy is a C memcpy.
+2. walk the records of all kept batches in one compiled pass (`record_walk`), which finds every
+   field of every record and checks that they add up;
+3. copy keys, values and headers out with one `memcpy` each, into Arrow-owned buffers, and build
+   the other columns from the per-batch facts with numpy.
 
 Every inconsistency a record can have (lengths past its end, bytes left over, too-long varints,
 headers with negative key length or keys that are not UTF-8) is detected, and reported with the
@@ -29,13 +28,13 @@ from crc32c import crc32c
 from kafkalite.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError
 from kafkalite.records.batch import CONTROL_FLAG_MASK, HEADER, LOG_OVERHEAD, MAGIC_V2, RECORD_BATCH_OVERHEAD
 from kafkalite.records.compression import CompressionType, decompress
-from kafkalite.records.varint import decode_varint
+from kafkalite.spark import record_walk
 from kafkalite.spark.errors import CorruptBatchError
 from kafkalite.spark.schema import arrow_schema
-from kafkalite.spark.varint_np import VARINT_MAX_BYTES, VARLONG_MAX_BYTES, decode_at, width_at
 
 _MIN_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD  # a v2 batch's length field covers at least its header
 _INT32_MAX = (1 << 31) - 1
+_MIN_RECORD = 7  # length, attributes, timestamp delta, offset delta, key length, value length, header count
 
 
 class RecordsError(InvalidRecordError):
@@ -140,109 +139,6 @@ def _decompress_payloads(chunk: RawChunk, view: memoryview, bases: list[int], st
     return b"".join(parts)
 
 
-def _advance_table() -> list[list[int]]:
-    """Bytes a record takes (length varint + body), indexed by the first two bytes of the record.
-
-    Covers the one- and two-byte length varints (records up to 8 KiB); 0 means "look closer"
-    (a longer varint, or a negative length, which is corrupt).
-    """
-    table = []
-    for b0 in range(256):
-        row = []
-        for b1 in range(256):
-            if b0 < 0x80:
-                raw, width = b0, 1
-            elif b1 < 0x80:
-                raw, width = (b0 & 0x7F) | (b1 << 7), 2
-            else:
-                raw, width = 1, 0
-            row.append(0 if raw & 1 else width + (raw >> 1))
-        table.append(row)
-    return table
-
-
-_ADVANCE = _advance_table()
-_ADVANCE16 = np.array([step for row in _ADVANCE for step in row], dtype=np.int64)  # indexed by b0 << 8 | b1
-
-
-def _record_size_slow(buf: bytes, pos: int) -> int:
-    size, body = decode_varint(buf, pos)
-    if size < 0:
-        raise InvalidRecordError(f"negative record length {size}")
-    return body - pos + size
-
-
-def record_starts(framed: _Framed) -> np.ndarray:
-    """Position of every record (its length varint), walking each batch's chain of records.
-
-    Each record's start depends on the previous record's length, so this walk is sequential. With
-    many small batches (what Kafka's producers write) it runs across all batches at once in numpy,
-    one step per record index; otherwise it is the one Python loop per record of the decoder,
-    reduced to a table lookup on the record's first two bytes and an addition. Lengths are checked
-    to add up exactly to each payload; the fields inside records are checked later, all at once.
-    """
-    counts = framed.counts
-    total = sum(counts)
-    steps = max(counts)
-    if len(counts) > 1 and steps * 32 < total and steps * len(counts) <= 4 * total:
-        found = _starts_across_batches(framed)
-        if found is not None:
-            return found
-    buf = framed.buf
-    out: list[int] = []
-    app = out.append
-    table = _ADVANCE
-    for i, count in enumerate(counts):
-        pos = framed.payload_starts[i]
-        try:
-            for _ in range(count):
-                app(pos)
-                pos += table[buf[pos]][buf[pos + 1]] or _record_size_slow(buf, pos)
-        except IndexError:
-            raise RecordsError("records run past the end of the payload", batch=i) from None
-        except InvalidRecordError as exc:
-            raise RecordsError(str(exc), batch=i) from None
-        if pos != framed.payload_ends[i]:
-            raise RecordsError(f"records end at byte {pos}, not at the payload end {framed.payload_ends[i]}",
-                               batch=i)
-    return np.array(out, dtype=np.int64)
-
-
-def _starts_across_batches(framed: _Framed) -> np.ndarray | None:
-    """The chain walk vectorised across batches: step k finds record k of every batch at once.
-
-    Batches are ordered by record count, largest first, so the batches still walking at step k are
-    a prefix (slices, no fancy indexing); step k's positions fill row k of a grid that is read back
-    in (batch, record) order at the end. Returns None (the caller falls back to the scalar walk,
-    which reports errors precisely) when a record is 8 KiB or more or anything does not add up.
-    """
-    u8 = np.frombuffer(framed.buf, dtype=np.uint8)
-    counts = np.asarray(framed.counts, dtype=np.int64)
-    order = np.argsort(-counts, kind="stable")
-    descending = counts[order]
-    pos = np.asarray(framed.payload_starts, dtype=np.int64)[order]
-    steps = int(descending[0])
-    walking = np.searchsorted(-descending, -np.arange(steps), side="left").tolist()
-    grid = np.empty((steps, counts.size), dtype=np.int64)
-    table = _ADVANCE16
-    try:
-        for k in range(steps):
-            p = pos[: walking[k]]
-            grid[k, : p.size] = p
-            step = table[(u8[p].astype(np.int64) << 8) | u8[p + 1]]
-            if not step.all():
-                return None
-            p += step  # a view: advances pos in place
-    except IndexError:
-        return None
-    if not np.array_equal(pos, np.asarray(framed.payload_ends, dtype=np.int64)[order]):
-        return None
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(order.size)
-    by_batch = grid[:, inverse].T
-    return by_batch[np.arange(steps)[None, :] < counts[:, None]]
-
-
 @dataclass(slots=True)
 class _Fields:
     """Where each field of every record is, as arrays over records (positions into the buffer)."""
@@ -260,90 +156,55 @@ class _Fields:
     hv_len: np.ndarray
 
 
-def parse_fields(u8: np.ndarray, starts: np.ndarray, rec_ends: np.ndarray) -> _Fields:
-    """Decode every field of every record; raises InvalidRecordError naming the first bad record.
-
-    The record lengths themselves were checked by the chain walk (each record ends where the next
-    begins, the last at the payload end), so only their width is needed here.
-    """
-    p = starts + width_at(u8, starts)
-    p += 1  # attributes: unused in v2
-    ts_delta, w = decode_at(u8, p, VARLONG_MAX_BYTES, "timestamp delta")
-    p += w
-    offset_delta, w = decode_at(u8, p, VARINT_MAX_BYTES, "offset delta")
-    p += w
-    key_len, w = decode_at(u8, p, VARINT_MAX_BYTES, "key length")
-    p += w
-    key_start = p.copy()
-    p += np.maximum(key_len, 0)
-    value_len, w = decode_at(u8, p, VARINT_MAX_BYTES, "value length")
-    p += w
-    value_start = p.copy()
-    p += np.maximum(value_len, 0)
-    header_count, w = decode_at(u8, p, VARINT_MAX_BYTES, "header count")
-    p += w
-    bad = (key_len < -1) | (value_len < -1) | (header_count < 0) | (header_count > rec_ends - p)
-    if bad.any():
-        raise RecordsError("a record's lengths do not match its size", record=int(np.argmax(bad)))
-    total = int(header_count.sum())
-    hk_start = np.empty(total, dtype=np.int64)
-    hk_len = np.empty(total, dtype=np.int64)
-    hv_start = np.empty(total, dtype=np.int64)
-    hv_len = np.empty(total, dtype=np.int64)
-    if total:
+def walk(framed: _Framed, u8: np.ndarray) -> _Fields:
+    """Every field of every record of the framed batches; raises RecordsError at the first bad one."""
+    counts = np.asarray(framed.counts, dtype=np.int64)
+    starts = np.asarray(framed.payload_starts, dtype=np.int64)
+    ends = np.asarray(framed.payload_ends, dtype=np.int64)
+    crowded = counts > (ends - starts) // _MIN_RECORD
+    if crowded.any():  # checked before sizing arrays by it: a compressed batch's count is not bounded by its size
+        i = int(np.argmax(crowded))
+        raise RecordsError(f"record count {framed.counts[i]} cannot fit in the batch's {ends[i] - starts[i]} "
+                           f"bytes of records", batch=i)
+    total = int(counts.sum())
+    rec_end, ts_delta, offset_delta, key_start, key_len, value_start, value_len, header_at, header_count = (
+        np.empty(total, dtype=np.int64) for _ in range(9))
+    code, detail, batch, _record = record_walk.walk_records(
+        u8, starts, ends, counts, rec_end, ts_delta, offset_delta, key_start, key_len, value_start, value_len,
+        header_at, header_count)
+    if code:
+        raise RecordsError(record_walk.describe(code, detail), batch=batch)
+    headers = int(header_count.sum())
+    hk_start, hk_len, hv_start, hv_len = (np.empty(headers, dtype=np.int64) for _ in range(4))
+    if headers:
         first_slot = np.cumsum(header_count) - header_count
-        rows = np.flatnonzero(header_count)
-        level = 0
-        while rows.size:
-            q = p[rows]
-            kl, w = decode_at(u8, q, VARINT_MAX_BYTES, "header key length")
-            q += w
-            slot = first_slot[rows] + level
-            hk_start[slot] = q
-            hk_len[slot] = kl
-            q += np.maximum(kl, 0)
-            vl, w = decode_at(u8, q, VARINT_MAX_BYTES, "header value length")
-            q += w
-            hv_start[slot] = q
-            hv_len[slot] = vl
-            q += np.maximum(vl, 0)
-            p[rows] = q
-            if ((kl < 0) | (vl < -1)).any():
-                raise InvalidRecordError("a header has a negative key length or an invalid value length")
-            level += 1
-            rows = rows[header_count[rows] > level]
-    bad = p != rec_ends
-    if bad.any():
-        raise RecordsError("a record does not end where its length says", record=int(np.argmax(bad)))
+        code, detail, record = record_walk.walk_headers(u8, np.flatnonzero(header_count), header_at, header_count,
+                                                        rec_end, first_slot, hk_start, hk_len, hv_start, hv_len)
+        if code:
+            raise RecordsError(record_walk.describe(code, detail), record=record)
     return _Fields(offset_delta, ts_delta, key_start, key_len, value_start, value_len, header_count,
                    hk_start, hk_len, hv_start, hv_len)
 
 
-def binary_slices(buf: pa.Buffer, size: int, starts: np.ndarray, lengths: np.ndarray,
+def binary_slices(u8: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                   out_type: pa.DataType | None = None) -> pa.Array:
-    """A binary (or string) array of `buf[start:start+len]` per row; a negative length is a null.
+    """A binary (or string) array of `u8[start:start+len]` per row; a negative length is a null.
 
-    The slices must be in buffer order and not overlap: they become every other element of one
-    binary array laid over the whole buffer, and `take` copies those elements out in C.
+    The bytes go into a buffer from Arrow's memory pool, which reuses its pages from one chunk to
+    the next (a fresh numpy allocation of several MiB page-faults every time).
     """
     n = starts.size
-    ends = starts + np.maximum(lengths, 0)
-    wide = size > _INT32_MAX
-    offsets = np.empty(2 * n + 2, dtype=np.int64 if wide else np.int32)
-    offsets[0] = 0
-    offsets[1:-1:2] = starts
-    offsets[2:-1:2] = ends
-    offsets[-1] = size
-    pieces_type = pa.large_binary() if wide else pa.binary()
-    pieces = pa.Array.from_buffers(pieces_type, 2 * n + 1, [None, pa.py_buffer(offsets), buf])
-    taken = pieces.take(pa.array(np.arange(1, 2 * n, 2, dtype=np.int32)))
-    if wide:
-        taken = taken.cast(pa.binary())
+    positive = np.maximum(lengths, 0)
+    total = int(positive.sum())
+    if total > _INT32_MAX:
+        raise InvalidRecordError(f"{total} bytes of keys or values in one chunk: more than a binary column holds")
+    data = pa.allocate_buffer(total)
+    offsets = np.empty(n + 1, dtype=np.int32)
+    record_walk.gather(u8, starts, lengths, np.frombuffer(data, dtype=np.uint8), offsets)
     nulls = lengths < 0
     null_count = int(nulls.sum())
     validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if null_count else None
-    offsets_buf, data_buf = taken.buffers()[1:3]
-    return pa.Array.from_buffers(out_type or pa.binary(), n, [validity, offsets_buf, data_buf], null_count)
+    return pa.Array.from_buffers(out_type or pa.binary(), n, [validity, pa.py_buffer(offsets), data], null_count)
 
 
 @lru_cache(maxsize=64)
@@ -367,17 +228,12 @@ def decode_chunk(chunk: RawChunk, topic: str, partition: int, start: int, end: i
     framed = frame(chunk, start, end, verify_crc=verify_crc)
     if not framed.counts:
         return None
+    u8 = np.frombuffer(framed.buf, dtype=np.uint8)
     try:
-        starts = record_starts(framed)
-        rec_ends = np.empty_like(starts)
-        rec_ends[:-1] = starts[1:]
-        batch_of = np.repeat(np.arange(len(framed.counts)), framed.counts)
-        last_of_batch = np.cumsum(framed.counts) - 1
-        rec_ends[last_of_batch] = framed.payload_ends
-        u8 = np.frombuffer(framed.buf, dtype=np.uint8)
-        fields = parse_fields(u8, starts, rec_ends)
+        fields = walk(framed, u8)
     except InvalidRecordError as exc:
         raise _locate(chunk, framed, exc) from None
+    batch_of = np.repeat(np.arange(len(framed.counts)), framed.counts)
     offsets = np.asarray(framed.base_offsets, dtype=np.int64)[batch_of] + fields.offset_delta
     lat = np.asarray(framed.log_append_times, dtype=np.int64)[batch_of]
     create = np.asarray(framed.base_timestamps, dtype=np.int64)[batch_of] + fields.ts_delta
@@ -386,7 +242,7 @@ def decode_chunk(chunk: RawChunk, topic: str, partition: int, start: int, end: i
     keep = None
     if offsets[0] < start or offsets[-1] >= end:
         keep = (offsets >= start) & (offsets < end)
-    return _assemble(chunk, framed, fields, offsets, ts_ms, ts_type, keep, topic, partition, include_headers)
+    return _assemble(chunk, framed, u8, fields, offsets, ts_ms, ts_type, keep, topic, partition, include_headers)
 
 
 def _locate(chunk: RawChunk, framed: _Framed, exc: InvalidRecordError) -> CorruptBatchError:
@@ -400,11 +256,9 @@ def _locate(chunk: RawChunk, framed: _Framed, exc: InvalidRecordError) -> Corrup
     return _corrupt(chunk, framed.file_positions[index], framed.base_offsets[index], str(exc))
 
 
-def _assemble(chunk: RawChunk, framed: _Framed, f: _Fields, offsets: np.ndarray, ts_ms: np.ndarray,
+def _assemble(chunk: RawChunk, framed: _Framed, u8: np.ndarray, f: _Fields, offsets: np.ndarray, ts_ms: np.ndarray,
               ts_type: np.ndarray, keep: np.ndarray | None, topic: str, partition: int,
               include_headers: bool) -> pa.RecordBatch | None:
-    buf = pa.py_buffer(framed.buf)
-    size = len(framed.buf)
     key_start, key_len, value_start, value_len = f.key_start, f.key_len, f.value_start, f.value_len
     hcount = f.header_count
     hk_start, hk_len, hv_start, hv_len = f.hk_start, f.hk_len, f.hv_start, f.hv_len
@@ -419,8 +273,8 @@ def _assemble(chunk: RawChunk, framed: _Framed, f: _Fields, offsets: np.ndarray,
     if n == 0:
         return None
     columns = [
-        binary_slices(buf, size, key_start, key_len),
-        binary_slices(buf, size, value_start, value_len),
+        binary_slices(u8, key_start, key_len),
+        binary_slices(u8, value_start, value_len),
         constant_string(topic, n),
         pa.array(np.full(n, partition, dtype=np.int32)),
         pa.array(offsets),
@@ -428,20 +282,20 @@ def _assemble(chunk: RawChunk, framed: _Framed, f: _Fields, offsets: np.ndarray,
         pa.array(ts_type),
     ]
     if include_headers:
-        columns.append(_headers(chunk, framed, buf, size, hcount, hk_start, hk_len, hv_start, hv_len))
+        columns.append(_headers(chunk, framed, u8, hcount, hk_start, hk_len, hv_start, hv_len))
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
 
 
-def _headers(chunk: RawChunk, framed: _Framed, buf: pa.Buffer, size: int, hcount: np.ndarray, hk_start: np.ndarray,
+def _headers(chunk: RawChunk, framed: _Framed, u8: np.ndarray, hcount: np.ndarray, hk_start: np.ndarray,
              hk_len: np.ndarray, hv_start: np.ndarray, hv_len: np.ndarray) -> pa.Array:
     """array<struct<key string, value binary>>, null for records without headers (as Spark's Kafka source)."""
-    keys = binary_slices(buf, size, hk_start, hk_len)
+    keys = binary_slices(u8, hk_start, hk_len)
     try:
         keys = keys.cast(pa.string())  # validates UTF-8, which Kafka requires of header keys
     except pa.ArrowInvalid:
         raise _corrupt(chunk, framed.file_positions[0], framed.base_offsets[0],
                        "a header key is not valid UTF-8") from None
-    values = binary_slices(buf, size, hv_start, hv_len)
+    values = binary_slices(u8, hv_start, hv_len)
     header_type = arrow_schema(True).field("headers").type
     struct = pa.StructArray.from_arrays([keys, values], fields=list(header_type.value_type))
     list_offsets = np.zeros(hcount.size + 1, dtype=np.int32)
