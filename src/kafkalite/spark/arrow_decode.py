@@ -26,13 +26,12 @@ import pyarrow as pa
 from crc32c import crc32c
 
 from kafkalite.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError
-from kafkalite.records.batch import CONTROL_FLAG_MASK, HEADER, LOG_OVERHEAD, MAGIC_V2, RECORD_BATCH_OVERHEAD
+from kafkalite.records.batch import RECORD_BATCH_OVERHEAD
 from kafkalite.records.compression import CompressionType, decompress
 from kafkalite.spark import record_walk
 from kafkalite.spark.errors import CorruptBatchError
 from kafkalite.spark.schema import arrow_schema
 
-_MIN_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD  # a v2 batch's length field covers at least its header
 _INT32_MAX = (1 << 31) - 1
 _MIN_RECORD = 7  # length, attributes, timestamp delta, offset delta, key length, value length, header count
 
@@ -61,22 +60,22 @@ class RawChunk:
 
 @dataclass(slots=True)
 class _Framed:
-    """Per-batch facts of the batches that hold records to decode, and their payload buffer."""
+    """Per-batch facts (int64 arrays) of the batches that hold records to decode, and their payloads' buffer."""
 
-    buf: bytes
-    base_offsets: list[int]
-    counts: list[int]
-    payload_starts: list[int]
-    payload_ends: list[int]
-    base_timestamps: list[int]
-    log_append_times: list[int]  # -1 for CreateTime batches
-    file_positions: list[int]
+    buf: bytes | memoryview
+    base_offsets: np.ndarray
+    counts: np.ndarray
+    payload_starts: np.ndarray
+    payload_ends: np.ndarray
+    base_timestamps: np.ndarray
+    log_append_times: np.ndarray  # -1 for CreateTime batches
+    file_positions: np.ndarray
 
 
 def _corrupt(chunk: RawChunk, rel: int, base_offset: int | None, reason: str) -> CorruptBatchError:
-    where = f"byte {chunk.position + rel} of {chunk.source}"
+    where = f"byte {chunk.position + int(rel)} of {chunk.source}"
     if base_offset is not None:
-        where = f"the record batch at offset {base_offset} ({where})"
+        where = f"the record batch at offset {int(base_offset)} ({where})"
     return CorruptBatchError(f"corrupt data at {where}: {reason}")
 
 
@@ -84,49 +83,45 @@ def frame(chunk: RawChunk, start: int, end: int, *, verify_crc: bool = True) -> 
     """Frame and check the batches of a chunk; keep those with records in [start, end).
 
     A batch cut short at the end of the chunk is left out, as Kafka's readers do with a partial tail.
+    Checks run in the order Kafka's would: length, magic, CRC, record count.
     """
     data = chunk.data
+    code, detail, facts = record_walk.frame_batches(np.frombuffer(data, dtype=np.uint8), start, end)
+    if verify_crc:
+        _check_crcs(chunk, data, facts if code in (record_walk.OK, record_walk.BATCH_COUNT) else facts[:-1])
+    if code:
+        bad = facts[-1]
+        base = None if code == record_walk.BATCH_LENGTH else bad[record_walk.BASE_OFFSET]
+        raise _corrupt(chunk, bad[record_walk.POSITION], base, record_walk.describe(code, detail))
+    kept = facts[facts[:, record_walk.KEEP] == 1]
+    positions = kept[:, record_walk.POSITION]
+    starts = positions + RECORD_BATCH_OVERHEAD
+    ends = positions + kept[:, record_walk.SIZE]
+    bases = kept[:, record_walk.BASE_OFFSET]
+    codecs = kept[:, record_walk.CODEC]
+    if codecs.any():
+        data = _decompress_payloads(chunk, memoryview(data), bases, starts, ends, codecs, positions)
+    return _Framed(data, bases, kept[:, record_walk.COUNT], starts, ends, kept[:, record_walk.BASE_TIMESTAMP],
+                   kept[:, record_walk.LOG_APPEND_TIME], positions)
+
+
+def _check_crcs(chunk: RawChunk, data: bytes | memoryview, facts: np.ndarray) -> None:
+    """CRC32C of each framed batch, from its attributes to its end, against the stored one."""
     view = memoryview(data)
-    n = len(data)
-    kept: list[tuple[int, int, int, int, int, int, int]] = []
-    keep = kept.append
-    unpack = HEADER.unpack_from
-    pos = 0
-    while n - pos >= RECORD_BATCH_OVERHEAD:
-        (base, length, _epoch, magic, crc, attrs, lod, bts, max_ts, _pid, _pe, _bs, count) = unpack(data, pos)
-        if length < _MIN_LENGTH:
-            raise _corrupt(chunk, pos, None, f"batch length {length} is below the minimum {_MIN_LENGTH}")
-        size = length + LOG_OVERHEAD
-        if pos + size > n:
-            break
-        if magic != MAGIC_V2:
-            raise _corrupt(chunk, pos, base, f"magic {magic}: only the v2 record format is read")
-        if verify_crc:
-            computed = crc32c(view[pos + 21 : pos + size])
-            if computed != crc:
-                raise _corrupt(chunk, pos, base, f"CRC32C mismatch (stored {crc}, computed {computed})")
-        if count < 0 or (not attrs & 0x07 and count > (size - RECORD_BATCH_OVERHEAD) // 7 + 1):
-            raise _corrupt(chunk, pos, base, f"record count {count} cannot fit in the batch")
-        if not attrs & CONTROL_FLAG_MASK and count > 0 and base + lod >= start and base < end:
-            keep((base, count, pos, size, bts, max_ts if attrs & 0x08 else -1, attrs & 0x07))
-        pos += size
-    if not kept:
-        return _Framed(data, [], [], [], [], [], [], [])
-    bases, counts, positions, sizes, base_ts, lat, codecs = (list(column) for column in zip(*kept, strict=True))
-    starts = [p + RECORD_BATCH_OVERHEAD for p in positions]
-    ends = [p + z for p, z in zip(positions, sizes, strict=True)]
-    if any(codecs):
-        data = _decompress_payloads(chunk, view, bases, starts, ends, codecs, positions)
-    return _Framed(data, bases, counts, starts, ends, base_ts, lat, positions)
+    columns = [record_walk.POSITION, record_walk.SIZE, record_walk.BASE_OFFSET, record_walk.CRC]
+    for pos, size, base, crc in facts[:, columns].tolist():
+        computed = crc32c(view[pos + 21 : pos + size])
+        if computed != crc:
+            raise _corrupt(chunk, pos, base, f"CRC32C mismatch (stored {crc}, computed {computed})")
 
 
-def _decompress_payloads(chunk: RawChunk, view: memoryview, bases: list[int], starts: list[int], ends: list[int],
-                         codecs: list[int], positions: list[int]) -> bytes:
+def _decompress_payloads(chunk: RawChunk, view: memoryview, bases: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                         codecs: np.ndarray, positions: np.ndarray) -> bytes:
     """Join every kept payload, decompressed, into one buffer; rewrite starts/ends to point into it."""
     parts: list[bytes | memoryview] = []
     at = 0
-    for i, codec in enumerate(codecs):
-        raw = view[starts[i] : ends[i]]
+    for i, codec in enumerate(codecs.tolist()):
+        raw = view[int(starts[i]) : int(ends[i])]
         if codec:
             try:
                 raw = decompress(CompressionType.from_id(codec), raw)
@@ -226,7 +221,7 @@ def decode_chunk(chunk: RawChunk, topic: str, partition: int, start: int, end: i
     Returns None when no record of the chunk falls in the range (control batches only, say).
     """
     framed = frame(chunk, start, end, verify_crc=verify_crc)
-    if not framed.counts:
+    if framed.counts.size == 0:
         return None
     u8 = np.frombuffer(framed.buf, dtype=np.uint8)
     try:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
+from kafkalite.records.batch import CONTROL_FLAG_MASK, LOG_OVERHEAD, MAGIC_V2, RECORD_BATCH_OVERHEAD
+
 # Error codes returned by the kernels, with (code, detail, batch, record).
 OK = 0
 PAST_PAYLOAD = 1  # a record's length varint or body runs past its batch's payload
@@ -27,6 +29,11 @@ TOO_LONG = 3  # detail: index into FIELDS
 LENGTHS = 4  # a key, value or header count does not fit in its record
 NOT_AT_END = 5  # a record's fields end before or after its length says
 BAD_HEADER = 6  # a header key length below 0, or a value length below -1
+BATCH_LENGTH = 7  # detail: a batch length field below the v2 header's size
+MAGIC = 8  # detail: the magic byte of a batch that is not v2
+BATCH_COUNT = 9  # detail: a record count that is negative or cannot fit in an uncompressed batch
+
+MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD  # a v2 batch's length field covers at least its header
 
 FIELDS = ("record length", "timestamp delta", "offset delta", "key length", "value length", "header count",
           "header key length", "header value length")
@@ -56,6 +63,76 @@ def _varint(u8: np.ndarray, p: int, end: int, max_bytes: int) -> tuple[int, int]
             return np.int64(raw >> np.uint64(1)) ^ -np.int64(raw & np.uint64(1)), p
         shift += np.uint64(7)
     return 0, -2
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _be32(u8: np.ndarray, p: int) -> int:
+    return np.int64(np.int32(np.uint32((np.uint32(u8[p]) << np.uint32(24)) | (np.uint32(u8[p + 1]) << np.uint32(16))
+                                       | (np.uint32(u8[p + 2]) << np.uint32(8)) | np.uint32(u8[p + 3]))))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _be64(u8: np.ndarray, p: int) -> int:
+    v = np.uint64(0)
+    for i in range(8):
+        v = (v << np.uint64(8)) | np.uint64(u8[p + i])
+    return np.int64(v)
+
+
+# Columns of the table `frame_batches` returns, one row per complete batch.
+POSITION, SIZE, BASE_OFFSET, COUNT, BASE_TIMESTAMP, LOG_APPEND_TIME, CODEC, CRC, KEEP = range(9)
+
+
+@njit(cache=True, nogil=True)
+def frame_batches(u8, start, end):
+    """The complete batches at the start of a chunk, with the header facts the decoder needs.
+
+    Returns (code, detail, facts): facts has a row per batch framed (columns above), the last one
+    being the batch at fault when code is not OK. A batch cut short by the end of the chunk ends
+    the table quietly. KEEP marks data batches with records in [start, end). CRCs are left to the
+    caller (they need the crc32c library).
+    """
+    n = u8.size
+    pos = 0
+    rows = 0
+    while n - pos >= RECORD_BATCH_OVERHEAD:  # first pass: how many rows
+        length = _be32(u8, pos + 8)
+        rows += 1
+        if length < MIN_BATCH_LENGTH or pos + length + LOG_OVERHEAD > n:
+            break
+        pos += length + LOG_OVERHEAD
+    facts = np.empty((rows, 9), dtype=np.int64)
+    pos = 0
+    for i in range(rows):
+        length = _be32(u8, pos + 8)
+        if length < MIN_BATCH_LENGTH:
+            facts[i, POSITION] = pos
+            facts[i, BASE_OFFSET] = _be64(u8, pos)
+            return BATCH_LENGTH, length, facts[: i + 1]
+        size = length + LOG_OVERHEAD
+        if pos + size > n:
+            return OK, 0, facts[:i]
+        magic = np.int64(u8[pos + 16])
+        base = _be64(u8, pos)
+        attrs = (np.int64(u8[pos + 21]) << 8) | np.int64(u8[pos + 22])
+        count = _be32(u8, pos + 57)
+        lod = _be32(u8, pos + 23)
+        facts[i, POSITION] = pos
+        facts[i, SIZE] = size
+        facts[i, BASE_OFFSET] = base
+        facts[i, COUNT] = count
+        facts[i, BASE_TIMESTAMP] = _be64(u8, pos + 27)
+        facts[i, LOG_APPEND_TIME] = _be64(u8, pos + 35) if attrs & 0x08 else -1
+        facts[i, CODEC] = attrs & 0x07
+        facts[i, CRC] = np.int64(_be32(u8, pos + 17)) & 0xFFFFFFFF
+        wanted = not attrs & CONTROL_FLAG_MASK and count > 0 and base + lod >= start and base < end
+        facts[i, KEEP] = 1 if wanted else 0
+        if magic != MAGIC_V2:
+            return MAGIC, magic, facts[: i + 1]
+        if count < 0 or (not attrs & 0x07 and count > (size - RECORD_BATCH_OVERHEAD) // 7 + 1):
+            return BATCH_COUNT, count, facts[: i + 1]
+        pos += size
+    return OK, 0, facts
 
 
 @njit(cache=True, nogil=True)
@@ -216,6 +293,12 @@ def describe(code: int, detail: int) -> str:
         return "a record does not end where its length says"
     if code == BAD_HEADER:
         return "a header has a negative key length or an invalid value length"
+    if code == BATCH_LENGTH:
+        return f"batch length {detail} is below the minimum {MIN_BATCH_LENGTH}"
+    if code == MAGIC:
+        return f"magic {detail}: only the v2 record format is read"
+    if code == BATCH_COUNT:
+        return f"record count {detail} cannot fit in the batch"
     return f"unknown decoder error {code}"
 
 
@@ -229,6 +312,7 @@ def warm_up() -> None:
     one = np.ones(1, dtype=np.int64)
     zero = np.zeros(1, dtype=np.int64)
     for u8 in (np.frombuffer(b"\x00" * 7, dtype=np.uint8), np.zeros(7, dtype=np.uint8)):
+        frame_batches(u8, 0, 1)
         walk_records(u8, zero, np.full(1, 7, dtype=np.int64), one, *(np.empty(1, dtype=np.int64) for _ in range(9)))
         walk_headers(u8, zero, zero, zero, zero, zero, *(np.empty(0, dtype=np.int64) for _ in range(4)))
         gather(u8, zero, zero, np.empty(0, dtype=np.uint8), np.empty(2, dtype=np.int32))
