@@ -7,6 +7,7 @@ kafka-python; the partitioner is checked against kafka-python's murmur2.
 from __future__ import annotations
 
 import struct
+from contextlib import contextmanager
 
 import pyarrow as pa
 import pytest
@@ -24,6 +25,7 @@ from kafkalite.records import (
     iter_batches,
 )
 from kafkalite.records.compression import CompressionType
+from kafkalite.spark import arrow_decode
 from kafkalite.spark.arrow_decode import RawChunk, decode_chunk
 from kafkalite.spark.arrow_encode import build_batches, choose_partitions, murmur2
 from kafkalite.spark.errors import CorruptBatchError
@@ -78,6 +80,47 @@ def test_decode_matches_the_record_decoder(groups, codec, gaps, data):
         assert set(rb.column("topic").to_pylist()) == {"topic"}
         assert set(rb.column("partition").to_pylist()) == {7}
         assert set(rb.column("timestampType").to_pylist()) == {0}
+
+
+@contextmanager
+def _groups_of(nbytes: int):
+    """Make the decoder check, walk and copy batches in groups of `nbytes` (1 MiB in use)."""
+    saved = arrow_decode._GROUP_BYTES
+    arrow_decode._GROUP_BYTES = nbytes
+    try:
+        yield
+    finally:
+        arrow_decode._GROUP_BYTES = saved
+
+
+@given(st.lists(st.lists(st.integers(0, 400), min_size=1, max_size=30), min_size=1, max_size=12),
+       st.integers(1, 3000), st.booleans(), st.data())
+def test_batches_decoded_group_by_group_give_the_same_rows(value_sizes, group_bytes, verify, data):
+    n = 0
+    groups = []
+    for sizes in value_sizes:  # every key and value distinct, so a slice copied to the wrong place shows
+        groups.append([SimpleRecord(b"key-%d" % (n + i), bytes([(n + i) % 251]) * size, T0 + n + i)
+                       for i, size in enumerate(sizes)])
+        n += len(sizes)
+    raw = _log_bytes(groups, [CompressionType.NONE])
+    start = data.draw(st.integers(0, n))
+    end = data.draw(st.integers(start, n + 1))
+    with _groups_of(group_bytes):
+        whole = decode_chunk(RawChunk(raw, "x.log"), "topic", 7, 0, n, True, verify_crc=verify)
+        part = decode_chunk(RawChunk(raw, "x.log"), "topic", 7, start, end, True, verify_crc=verify)
+    _check(whole, _expected(raw, 0, n))
+    _check(part, _expected(raw, start, end))
+
+
+def test_a_bad_crc_in_a_later_group_names_its_batch():
+    raw = bytearray(_log_bytes([[SimpleRecord(b"k", b"v" * 100, T0)]] * 30, [CompressionType.NONE]))
+    size = len(raw) // 30
+    raw[size * 20 + 70] ^= 0x01  # inside the record of the batch at offset 20
+    where = rf"offset 20 \(byte {size * 20} of f.log\).*CRC32C"
+    with _groups_of(3 * size), pytest.raises(CorruptBatchError, match=where):
+        decode_chunk(RawChunk(bytes(raw), "f.log"), "t", 0, 0, 100, False)
+    with _groups_of(3 * size):  # CRCs not checked: the flipped byte is in a value, so the rows decode
+        assert decode_chunk(RawChunk(bytes(raw), "f.log"), "t", 0, 0, 100, False, verify_crc=False).num_rows == 30
 
 
 def test_many_small_batches_take_the_vectorised_walk():

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +34,7 @@ from kafkalite.spark.errors import CorruptBatchError
 from kafkalite.spark.schema import arrow_schema
 
 _INT32_MAX = (1 << 31) - 1
+_CRC_FROM = 21  # a batch's CRC32C covers it from its attributes on
 _MIN_RECORD = 7  # length, attributes, timestamp delta, offset delta, key length, value length, header count
 
 
@@ -70,6 +72,8 @@ class _Framed:
     base_timestamps: np.ndarray
     log_append_times: np.ndarray  # -1 for CreateTime batches
     file_positions: np.ndarray
+    last_offsets: np.ndarray
+    deferred_crcs: np.ndarray | None = None  # stored CRCs still to check, batch by batch, as records are walked
 
 
 def _corrupt(chunk: RawChunk, rel: int, base_offset: int | None, reason: str) -> CorruptBatchError:
@@ -83,26 +87,34 @@ def frame(chunk: RawChunk, start: int, end: int, *, verify_crc: bool = True) -> 
     """Frame and check the batches of a chunk; keep those with records in [start, end).
 
     A batch cut short at the end of the chunk is left out, as Kafka's readers do with a partial tail.
-    Checks run in the order Kafka's would: length, magic, CRC, record count.
+    Checks run in the order Kafka's would: length, magic, CRC, record count. The CRCs of kept
+    uncompressed batches are left to `walk`, which checks each group of batches just before walking
+    it, while its bytes are still in the CPU's cache.
     """
     data = chunk.data
     code, detail, facts = record_walk.frame_batches(np.frombuffer(data, dtype=np.uint8), start, end)
-    if verify_crc:
-        _check_crcs(chunk, data, facts if code in (record_walk.OK, record_walk.BATCH_COUNT) else facts[:-1])
     if code:
+        if verify_crc:
+            _check_crcs(chunk, data, facts if code == record_walk.BATCH_COUNT else facts[:-1])
         bad = facts[-1]
         base = None if code == record_walk.BATCH_LENGTH else bad[record_walk.BASE_OFFSET]
         raise _corrupt(chunk, bad[record_walk.POSITION], base, record_walk.describe(code, detail))
-    kept = facts[facts[:, record_walk.KEEP] == 1]
+    wanted = facts[:, record_walk.KEEP] == 1
+    kept = facts[wanted]
     positions = kept[:, record_walk.POSITION]
     starts = positions + RECORD_BATCH_OVERHEAD
     ends = positions + kept[:, record_walk.SIZE]
     bases = kept[:, record_walk.BASE_OFFSET]
     codecs = kept[:, record_walk.CODEC]
-    if codecs.any():
+    compressed = bool(codecs.any())
+    deferred = None
+    if verify_crc:
+        _check_crcs(chunk, data, facts if compressed else facts[~wanted])
+        deferred = None if compressed else kept[:, record_walk.CRC]
+    if compressed:
         data = _decompress_payloads(chunk, memoryview(data), bases, starts, ends, codecs, positions)
     return _Framed(data, bases, kept[:, record_walk.COUNT], starts, ends, kept[:, record_walk.BASE_TIMESTAMP],
-                   kept[:, record_walk.LOG_APPEND_TIME], positions)
+                   kept[:, record_walk.LOG_APPEND_TIME], positions, kept[:, record_walk.LAST_OFFSET], deferred)
 
 
 def _check_crcs(chunk: RawChunk, data: bytes | memoryview, facts: np.ndarray) -> None:
@@ -151,24 +163,56 @@ class _Fields:
     hv_len: np.ndarray
 
 
-def walk(framed: _Framed, u8: np.ndarray) -> _Fields:
-    """Every field of every record of the framed batches; raises RecordsError at the first bad one."""
-    counts = np.asarray(framed.counts, dtype=np.int64)
-    starts = np.asarray(framed.payload_starts, dtype=np.int64)
-    ends = np.asarray(framed.payload_ends, dtype=np.int64)
-    crowded = counts > (ends - starts) // _MIN_RECORD
+@dataclass(slots=True)
+class _Copied:
+    """Keys and values already copied out (when every record of the chunk is wanted)."""
+
+    keys: pa.Array
+    values: pa.Array
+
+
+def walk(framed: _Framed, u8: np.ndarray, copy: bool) -> tuple[_Fields, _Copied | None]:
+    """Every field of every record of the framed batches; raises RecordsError at the first bad one.
+
+    Works through the batches a group of about `_GROUP_BYTES` at a time: check the group's CRCs (if
+    deferred), walk its records, and, with `copy`, copy its keys and values out. A chunk is
+    several MiB, more than a core's L2 cache: walking it whole after checking it whole would take
+    every record's bytes from memory again (the walk's loads depend on each other, so each miss
+    costs its full latency), and the copies once more.
+    """
+    counts, starts, ends = framed.counts, framed.payload_starts, framed.payload_ends
+    sizes = ends - starts
+    crowded = counts > sizes // _MIN_RECORD
     if crowded.any():  # checked before sizing arrays by it: a compressed batch's count is not bounded by its size
         i = int(np.argmax(crowded))
-        raise RecordsError(f"record count {framed.counts[i]} cannot fit in the batch's {ends[i] - starts[i]} "
-                           f"bytes of records", batch=i)
-    total = int(counts.sum())
+        raise RecordsError(f"record count {counts[i]} cannot fit in the batch's {sizes[i]} bytes of records", batch=i)
+    first = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=first[1:])
+    total = int(first[-1])
     rec_end, ts_delta, offset_delta, key_start, key_len, value_start, value_len, header_at, header_count = (
         np.empty(total, dtype=np.int64) for _ in range(9))
-    code, detail, batch, _record = record_walk.walk_records(
-        u8, starts, ends, counts, rec_end, ts_delta, offset_delta, key_start, key_len, value_start, value_len,
-        header_at, header_count)
-    if code:
-        raise RecordsError(record_walk.describe(code, detail), batch=batch)
+    groups = _groups(sizes)
+    if copy:
+        capacity = int(sizes.sum())
+        key_data, value_data = pa.allocate_buffer(capacity), pa.allocate_buffer(capacity)
+        key_out, value_out = np.frombuffer(key_data, dtype=np.uint8), np.frombuffer(value_data, dtype=np.uint8)
+        key_offsets, value_offsets = np.empty(total + 1, dtype=np.int32), np.empty(total + 1, dtype=np.int32)
+        key_at = value_at = 0
+    crc_check = _CrcCheck(framed, u8) if framed.deferred_crcs is not None else None
+    for b0, b1 in pairwise(groups):
+        if crc_check is not None:
+            crc_check.batches(b0, b1)
+        r0, r1 = int(first[b0]), int(first[b1])
+        code, detail, batch, _record = record_walk.walk_records(
+            u8, starts[b0:b1], ends[b0:b1], counts[b0:b1], rec_end[r0:r1], ts_delta[r0:r1], offset_delta[r0:r1],
+            key_start[r0:r1], key_len[r0:r1], value_start[r0:r1], value_len[r0:r1], header_at[r0:r1],
+            header_count[r0:r1])
+        if code:
+            raise RecordsError(record_walk.describe(code, detail), batch=b0 + batch)
+        if copy:
+            key_at = record_walk.gather(u8, key_start[r0:r1], key_len[r0:r1], key_out, key_offsets[r0:r1 + 1], key_at)
+            value_at = record_walk.gather(u8, value_start[r0:r1], value_len[r0:r1], value_out,
+                                          value_offsets[r0:r1 + 1], value_at)
     headers = int(header_count.sum())
     hk_start, hk_len, hv_start, hv_len = (np.empty(headers, dtype=np.int64) for _ in range(4))
     if headers:
@@ -177,8 +221,49 @@ def walk(framed: _Framed, u8: np.ndarray) -> _Fields:
                                                         rec_end, first_slot, hk_start, hk_len, hv_start, hv_len)
         if code:
             raise RecordsError(record_walk.describe(code, detail), record=record)
-    return _Fields(offset_delta, ts_delta, key_start, key_len, value_start, value_len, header_count,
-                   hk_start, hk_len, hv_start, hv_len)
+    fields = _Fields(offset_delta, ts_delta, key_start, key_len, value_start, value_len, header_count,
+                     hk_start, hk_len, hv_start, hv_len)
+    if not copy:
+        return fields, None
+    return fields, _Copied(_binary(key_data.slice(0, key_at), key_offsets, key_len),
+                           _binary(value_data.slice(0, value_at), value_offsets, value_len))
+
+
+_GROUP_BYTES = 1 << 20
+
+
+def _groups(sizes: np.ndarray) -> list[int]:
+    """Batch indexes where groups of about `_GROUP_BYTES` of payload begin, and the batch count."""
+    cumulative = np.cumsum(sizes)
+    cuts = np.searchsorted(cumulative, np.arange(_GROUP_BYTES, int(cumulative[-1]), _GROUP_BYTES), side="right")
+    return [0, *sorted(set(cuts.tolist()) - {0, sizes.size}), int(sizes.size)]
+
+
+class _CrcCheck:
+    """The deferred CRC32C checks of a chunk's kept, uncompressed batches (their bytes are the chunk's)."""
+
+    def __init__(self, framed: _Framed, u8: np.ndarray) -> None:
+        self.view = memoryview(u8)
+        self.froms = (framed.payload_starts - (RECORD_BATCH_OVERHEAD - _CRC_FROM)).tolist()
+        self.tos = framed.payload_ends.tolist()
+        self.stored = framed.deferred_crcs.tolist()
+
+    def batches(self, b0: int, b1: int) -> None:
+        view = self.view
+        for i in range(b0, b1):
+            computed = crc32c(view[self.froms[i] : self.tos[i]])
+            if computed != self.stored[i]:
+                raise RecordsError(f"CRC32C mismatch (stored {self.stored[i]}, computed {computed})", batch=i)
+
+
+def _binary(data: pa.Buffer, offsets: np.ndarray, lengths: np.ndarray, out_type: pa.DataType | None = None
+            ) -> pa.Array:
+    """A binary (or string) array over copied bytes; rows with a negative length are nulls."""
+    nulls = lengths < 0
+    null_count = int(nulls.sum())
+    validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if null_count else None
+    return pa.Array.from_buffers(out_type or pa.binary(), lengths.size, [validity, pa.py_buffer(offsets), data],
+                                 null_count)
 
 
 def binary_slices(u8: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
@@ -188,18 +273,13 @@ def binary_slices(u8: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     The bytes go into a buffer from Arrow's memory pool, which reuses its pages from one chunk to
     the next (a fresh numpy allocation of several MiB page-faults every time).
     """
-    n = starts.size
-    positive = np.maximum(lengths, 0)
-    total = int(positive.sum())
+    total = int(np.maximum(lengths, 0).sum())
     if total > _INT32_MAX:
         raise InvalidRecordError(f"{total} bytes of keys or values in one chunk: more than a binary column holds")
     data = pa.allocate_buffer(total)
-    offsets = np.empty(n + 1, dtype=np.int32)
-    record_walk.gather(u8, starts, lengths, np.frombuffer(data, dtype=np.uint8), offsets)
-    nulls = lengths < 0
-    null_count = int(nulls.sum())
-    validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if null_count else None
-    return pa.Array.from_buffers(out_type or pa.binary(), n, [validity, pa.py_buffer(offsets), data], null_count)
+    offsets = np.empty(starts.size + 1, dtype=np.int32)
+    record_walk.gather(u8, starts, lengths, np.frombuffer(data, dtype=np.uint8), offsets, 0)
+    return _binary(data, offsets, lengths, out_type)
 
 
 @lru_cache(maxsize=64)
@@ -224,8 +304,9 @@ def decode_chunk(chunk: RawChunk, topic: str, partition: int, start: int, end: i
     if framed.counts.size == 0:
         return None
     u8 = np.frombuffer(framed.buf, dtype=np.uint8)
+    whole = int(framed.base_offsets[0]) >= start and int(framed.last_offsets[-1]) < end
     try:
-        fields = walk(framed, u8)
+        fields, copied = walk(framed, u8, copy=whole)  # copy as it walks only when no record is dropped after
     except InvalidRecordError as exc:
         raise _locate(chunk, framed, exc) from None
     batch_of = np.repeat(np.arange(len(framed.counts)), framed.counts)
@@ -237,7 +318,8 @@ def decode_chunk(chunk: RawChunk, topic: str, partition: int, start: int, end: i
     keep = None
     if offsets[0] < start or offsets[-1] >= end:
         keep = (offsets >= start) & (offsets < end)
-    return _assemble(chunk, framed, u8, fields, offsets, ts_ms, ts_type, keep, topic, partition, include_headers)
+    return _assemble(chunk, framed, u8, fields, copied, offsets, ts_ms, ts_type, keep, topic, partition,
+                     include_headers)
 
 
 def _locate(chunk: RawChunk, framed: _Framed, exc: InvalidRecordError) -> CorruptBatchError:
@@ -251,9 +333,9 @@ def _locate(chunk: RawChunk, framed: _Framed, exc: InvalidRecordError) -> Corrup
     return _corrupt(chunk, framed.file_positions[index], framed.base_offsets[index], str(exc))
 
 
-def _assemble(chunk: RawChunk, framed: _Framed, u8: np.ndarray, f: _Fields, offsets: np.ndarray, ts_ms: np.ndarray,
-              ts_type: np.ndarray, keep: np.ndarray | None, topic: str, partition: int,
-              include_headers: bool) -> pa.RecordBatch | None:
+def _assemble(chunk: RawChunk, framed: _Framed, u8: np.ndarray, f: _Fields, copied: _Copied | None,
+              offsets: np.ndarray, ts_ms: np.ndarray, ts_type: np.ndarray, keep: np.ndarray | None, topic: str,
+              partition: int, include_headers: bool) -> pa.RecordBatch | None:
     key_start, key_len, value_start, value_len = f.key_start, f.key_len, f.value_start, f.value_len
     hcount = f.header_count
     hk_start, hk_len, hv_start, hv_len = f.hk_start, f.hk_len, f.hv_start, f.hv_len
@@ -268,8 +350,8 @@ def _assemble(chunk: RawChunk, framed: _Framed, u8: np.ndarray, f: _Fields, offs
     if n == 0:
         return None
     columns = [
-        binary_slices(u8, key_start, key_len),
-        binary_slices(u8, value_start, value_len),
+        copied.keys if copied is not None and keep is None else binary_slices(u8, key_start, key_len),
+        copied.values if copied is not None and keep is None else binary_slices(u8, value_start, value_len),
         constant_string(topic, n),
         pa.array(np.full(n, partition, dtype=np.int32)),
         pa.array(offsets),

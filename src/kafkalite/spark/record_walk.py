@@ -80,7 +80,7 @@ def _be64(u8: np.ndarray, p: int) -> int:
 
 
 # Columns of the table `frame_batches` returns, one row per complete batch.
-POSITION, SIZE, BASE_OFFSET, COUNT, BASE_TIMESTAMP, LOG_APPEND_TIME, CODEC, CRC, KEEP = range(9)
+POSITION, SIZE, BASE_OFFSET, COUNT, BASE_TIMESTAMP, LOG_APPEND_TIME, CODEC, CRC, KEEP, LAST_OFFSET = range(10)
 
 
 @njit(cache=True, nogil=True)
@@ -101,7 +101,7 @@ def frame_batches(u8, start, end):
         if length < MIN_BATCH_LENGTH or pos + length + LOG_OVERHEAD > n:
             break
         pos += length + LOG_OVERHEAD
-    facts = np.empty((rows, 9), dtype=np.int64)
+    facts = np.empty((rows, 10), dtype=np.int64)
     pos = 0
     for i in range(rows):
         length = _be32(u8, pos + 8)
@@ -127,6 +127,7 @@ def frame_batches(u8, start, end):
         facts[i, CRC] = np.int64(_be32(u8, pos + 17)) & 0xFFFFFFFF
         wanted = not attrs & CONTROL_FLAG_MASK and count > 0 and base + lod >= start and base < end
         facts[i, KEEP] = 1 if wanted else 0
+        facts[i, LAST_OFFSET] = base + lod
         if magic != MAGIC_V2:
             return MAGIC, magic, facts[: i + 1]
         if count < 0 or (not attrs & 0x07 and count > (size - RECORD_BATCH_OVERHEAD) // 7 + 1):
@@ -260,16 +261,16 @@ def walk_headers(u8, rows, header_at, header_count, rec_end, first_slot, hk_star
 
 
 @njit(cache=True, nogil=True)
-def gather(u8, starts, lengths, out, out_offsets):
-    """Copy each `u8[start:start+length]` (none for a negative length) back to back into `out`.
+def gather(u8, starts, lengths, out, out_offsets, at):
+    """Copy each `u8[start:start+length]` (none for a negative length) back to back into `out`,
+    from `out[at]` on; returns where the next copy would go.
 
-    `out_offsets` gets n+1 entries: where each slice begins in `out`, and the total. The caller
-    sizes `out` from the lengths, which `walk_records` checked to lie inside the buffer.
+    `out_offsets` gets n+1 entries: where each slice begins in `out`, and where the last ends. The
+    caller sizes `out` from the lengths, which `walk_records` checked to lie inside the buffer.
     """
     src = u8.ctypes.data
     dst = out.ctypes.data
-    at = 0
-    out_offsets[0] = 0
+    out_offsets[0] = at
     for i in range(starts.size):
         n = lengths[i]
         if n > 0:
@@ -315,4 +316,4 @@ def warm_up() -> None:
         frame_batches(u8, 0, 1)
         walk_records(u8, zero, np.full(1, 7, dtype=np.int64), one, *(np.empty(1, dtype=np.int64) for _ in range(9)))
         walk_headers(u8, zero, zero, zero, zero, zero, *(np.empty(0, dtype=np.int64) for _ in range(4)))
-        gather(u8, zero, zero, np.empty(0, dtype=np.uint8), np.empty(2, dtype=np.int32))
+        gather(u8, zero, zero, np.empty(0, dtype=np.uint8), np.empty(2, dtype=np.int32), 0)
