@@ -136,6 +136,18 @@ def frame_batches(u8, start, end):
     return OK, 0, facts
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _sized(u8: np.ndarray, q: int, stop: int) -> tuple[int, int, int]:
+    """(error code, length, where the bytes start) of a length-prefixed field: a key or a value,
+    whose length -1 means null. The bytes must end by `stop`."""
+    n, q = _varint(u8, q, stop, 5)
+    if q < 0:
+        return (TOO_LONG if q == -2 else NOT_AT_END), 0, q
+    if n < -1 or q + max(n, 0) > stop:
+        return LENGTHS, 0, q
+    return OK, n, q
+
+
 @njit(cache=True, nogil=True)
 def walk_records(u8, payload_starts, payload_ends, counts, rec_end, ts_delta, offset_delta, key_start, key_len,
                  value_start, value_len, header_at, header_count):
@@ -195,22 +207,13 @@ def walk_records(u8, payload_starts, payload_ends, counts, rec_end, ts_delta, of
         if q < 0:
             return (TOO_LONG, 2, b, r) if q == -2 else (NOT_AT_END, 0, b, r)
         offset_delta[r] = v
-        n, q = _varint(u8, q, stop, 5)
-        if q < 0:
-            return (TOO_LONG, 3, b, r) if q == -2 else (NOT_AT_END, 0, b, r)
-        if n < -1 or q + max(n, 0) > stop:
-            return LENGTHS, 0, b, r
-        key_start[r] = q
-        key_len[r] = n
-        q += max(n, 0)
-        n, q = _varint(u8, q, stop, 5)
-        if q < 0:
-            return (TOO_LONG, 4, b, r) if q == -2 else (NOT_AT_END, 0, b, r)
-        if n < -1 or q + max(n, 0) > stop:
-            return LENGTHS, 0, b, r
-        value_start[r] = q
-        value_len[r] = n
-        q += max(n, 0)
+        for field in (3, 4):  # the key, then the value (FIELDS)
+            code, n, q = _sized(u8, q, stop)
+            if code:
+                return code, field if code == TOO_LONG else 0, b, r
+            (key_start if field == 3 else value_start)[r] = q
+            (key_len if field == 3 else value_len)[r] = n
+            q += max(n, 0)
         n, q = _varint(u8, q, stop, 5)
         if q < 0:
             return (TOO_LONG, 5, b, r) if q == -2 else (NOT_AT_END, 0, b, r)
@@ -280,27 +283,23 @@ def gather(u8, starts, lengths, out, out_offsets, at):
     return at
 
 
+_MESSAGES = {
+    PAST_PAYLOAD: "records run past the end of the payload",
+    NEGATIVE_LENGTH: "negative record length {detail}",
+    LENGTHS: "a record's lengths do not match its size",
+    NOT_AT_END: "a record does not end where its length says",
+    BAD_HEADER: "a header has a negative key length or an invalid value length",
+    BATCH_LENGTH: "batch length {detail} is below the minimum " + str(MIN_BATCH_LENGTH),
+    MAGIC: "magic {detail}: only the v2 record format is read",
+    BATCH_COUNT: "record count {detail} cannot fit in the batch",
+}
+
+
 def describe(code: int, detail: int) -> str:
-    """The message for a kernel's error code."""
-    if code == PAST_PAYLOAD:
-        return "records run past the end of the payload"
-    if code == NEGATIVE_LENGTH:
-        return f"negative record length {detail}"
+    """The message for a kernel's error code (`detail` as the kernel returned it)."""
     if code == TOO_LONG:
         return f"{FIELDS[detail]} varint is longer than {_MAX_BYTES[detail]} bytes"
-    if code == LENGTHS:
-        return "a record's lengths do not match its size"
-    if code == NOT_AT_END:
-        return "a record does not end where its length says"
-    if code == BAD_HEADER:
-        return "a header has a negative key length or an invalid value length"
-    if code == BATCH_LENGTH:
-        return f"batch length {detail} is below the minimum {MIN_BATCH_LENGTH}"
-    if code == MAGIC:
-        return f"magic {detail}: only the v2 record format is read"
-    if code == BATCH_COUNT:
-        return f"record count {detail} cannot fit in the batch"
-    return f"unknown decoder error {code}"
+    return _MESSAGES.get(code, "unknown decoder error {code}").format(detail=detail, code=code)
 
 
 def warm_up() -> None:
