@@ -10,6 +10,9 @@
 - The Arrow decoder alone on one core over the same segment bytes, already in memory. Target:
   >= 2 M records/s. Reading them from the page cache too is reported alongside.
 
+The session is `kafkalite.spark.local_session()`, whose Python workers talk to the JVM over Unix
+domain sockets; the headline comparison is repeated at the end in a session on loopback TCP.
+
 BENCH_SPARK_RECORDS (default 1,000,000) and BENCH_REPEATS (at most 5 here) trade time for noise.
 Needs java on PATH.
 """
@@ -107,16 +110,17 @@ def generate(root: Path, values_of: Callable[[np.random.Generator, int], pa.Arra
     return sum(f.stat().st_size for f in (root / "kafka").rglob("*.log"))
 
 
-def _session():
+def _session(**conf: str):
     from kafkalite.spark import local_session
 
-    return local_session("kafkalite-bench", **{"spark.driver.memory": "4g"})
+    return local_session("kafkalite-bench", **{"spark.driver.memory": "4g", **conf})
 
 
 def bench_spark_read(results: dict) -> None:
     if shutil.which("java") is None:
         results["Spark read (kafkalite vs JSON)"] = ("skipped: no java", "-", ">= 1.5x")
         return
+    kept: Path | None = None  # the event data, read once more over TCP at the end
     spark = _session()
     try:
         for label, (values_of, encoding) in VARIANTS.items():
@@ -130,10 +134,29 @@ def bench_spark_read(results: dict) -> None:
                     f"{k / j:.2f}x spark.read.json ({j / 1e6:.2f} M rows/s)", target)
                 if label == "event JSON values":
                     _bench_decoder(d, results)
+                    kept, d = d, None
             finally:
-                shutil.rmtree(d, ignore_errors=True)
+                if d is not None:
+                    shutil.rmtree(d, ignore_errors=True)
     finally:
         spark.stop()
+    if kept is not None:
+        _over_tcp(kept, results)
+
+
+def _over_tcp(d: Path, results: dict) -> None:
+    """The headline comparison again with Python workers on loopback TCP (Spark's default transport).
+
+    `local_session` turns on Unix domain sockets between the JVM and its Python workers; this shows
+    what a session without them gets."""
+    spark = _session(**{"spark.python.unix.domain.socket.enabled": "false"})
+    try:
+        k, j = _compare(spark, d, "text", "event JSON values, TCP")
+        results[f"same, Python workers on loopback TCP ({RECORDS:,} records, event JSON values)"] = (
+            f"{k / 1e6:.2f} M rows/s", f"{k / j:.2f}x spark.read.json ({j / 1e6:.2f} M rows/s)", "informational")
+    finally:
+        spark.stop()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _compare(spark, d: Path, encoding: str, label: str) -> tuple[float, float]:
