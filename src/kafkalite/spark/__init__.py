@@ -31,7 +31,9 @@ def local_session(app_name: str, **conf: str) -> SparkSession:
 
     The JVM and its Python workers talk over Unix domain sockets (Spark >= 4.1,
     `spark.python.unix.domain.socket.enabled`) rather than loopback TCP: every record a Python source
-    yields crosses that socket, and it costs the reading JVM thread about a tenth less CPU."""
+    yields crosses that socket, and it costs the reading JVM thread about a tenth less CPU. (Spark
+    then prints a harmless BrokenPipeError when it retires a worker idle for a minute; see
+    docs/spark.md, "Running it fast".)"""
     import os
     import sys
 
