@@ -82,7 +82,11 @@ def spark_session() -> Any:
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     from kafkalite.spark import local_session
 
-    return local_session("kafkalite-demo", **{"spark.ui.showConsoleProgress": "false"})
+    # Loopback TCP to the Python workers, not local_session's Unix domain sockets: the demo's few
+    # thousand rows gain nothing from them, and over them Spark 4.3 may print a BrokenPipeError
+    # traceback when it stops its Python workers (docs/spark.md, "Running it fast").
+    return local_session("kafkalite-demo", **{"spark.ui.showConsoleProgress": "false",
+                                              "spark.python.unix.domain.socket.enabled": "false"})
 
 
 def run_aggregation(spark: Any, data_dir: Path, checkpoint: Path) -> tuple[int, float]:
