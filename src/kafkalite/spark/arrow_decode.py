@@ -122,7 +122,7 @@ def _check_crcs(chunk: RawChunk, data: bytes | memoryview, facts: np.ndarray) ->
     view = memoryview(data)
     columns = [record_walk.POSITION, record_walk.SIZE, record_walk.BASE_OFFSET, record_walk.CRC]
     for pos, size, base, crc in facts[:, columns].tolist():
-        computed = crc32c(view[pos + 21 : pos + size])
+        computed = crc32c(view[pos + _CRC_FROM : pos + size])
         if computed != crc:
             raise _corrupt(chunk, pos, base, f"CRC32C mismatch (stored {crc}, computed {computed})")
 
