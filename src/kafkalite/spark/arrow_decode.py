@@ -192,8 +192,9 @@ def walk(framed: _Framed, u8: np.ndarray, copy: bool) -> tuple[_Fields, _Copied 
     rec_end, ts_delta, offset_delta, key_start, key_len, value_start, value_len, header_at, header_count = (
         np.empty(total, dtype=np.int64) for _ in range(9))
     groups = _groups(sizes)
+    capacity = int(sizes.sum())
+    copy = copy and capacity <= _INT32_MAX  # int32 offsets; past that, binary_slices reports the overflow
     if copy:
-        capacity = int(sizes.sum())
         key_data, value_data = pa.allocate_buffer(capacity), pa.allocate_buffer(capacity)
         key_out, value_out = np.frombuffer(key_data, dtype=np.uint8), np.frombuffer(value_data, dtype=np.uint8)
         key_offsets, value_offsets = np.empty(total + 1, dtype=np.int32), np.empty(total + 1, dtype=np.int32)
@@ -310,9 +311,9 @@ def decode_chunk(chunk: RawChunk, topic: str, partition: int, start: int, end: i
     except InvalidRecordError as exc:
         raise _locate(chunk, framed, exc) from None
     batch_of = np.repeat(np.arange(len(framed.counts)), framed.counts)
-    offsets = np.asarray(framed.base_offsets, dtype=np.int64)[batch_of] + fields.offset_delta
-    lat = np.asarray(framed.log_append_times, dtype=np.int64)[batch_of]
-    create = np.asarray(framed.base_timestamps, dtype=np.int64)[batch_of] + fields.ts_delta
+    offsets = framed.base_offsets[batch_of] + fields.offset_delta
+    lat = framed.log_append_times[batch_of]
+    create = framed.base_timestamps[batch_of] + fields.ts_delta
     ts_ms = np.where(lat >= 0, lat, create)
     ts_type = (lat >= 0).astype(np.int32)
     keep = None
