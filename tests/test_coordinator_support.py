@@ -19,10 +19,13 @@ from kafkalite.clock import Clock, MockClock
 from kafkalite.coordinator import Errors, GroupCoordinator
 from kafkalite.coordinator.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
 from kafkalite.manager.log_manager import LogManager, ManagerConfig
+from kafkalite.protocol.api_keys import ApiKey
 from kafkalite.scheduler import MockScheduler
 from tests.conftest import T0
 
-JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH, DESCRIBE, LIST, DELETE = 11, 14, 12, 13, 8, 9, 15, 16, 42
+JOIN, SYNC, HEARTBEAT, LEAVE = ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP
+COMMIT, FETCH, DESCRIBE = ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_GROUPS
+LIST, DELETE = ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS
 
 FAST = {
     "offsets.topic.num.partitions": 4,

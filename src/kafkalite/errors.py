@@ -6,11 +6,13 @@ error code without a translation table, and tests can assert on the exact Kafka 
 
 from __future__ import annotations
 
+from kafkalite.error_codes import ErrorCode
+
 
 class KafkaliteError(Exception):
     """Base of every error kafkalite raises on purpose. `error_code` is Kafka's wire code."""
 
-    error_code: int = -1  # UNKNOWN_SERVER_ERROR
+    error_code: int = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 # --- record format -----------------------------------------------------------------------------
@@ -19,13 +21,13 @@ class KafkaliteError(Exception):
 class CorruptRecordError(KafkaliteError):
     """A batch fails its CRC, is shorter than its header, or cannot be framed (CORRUPT_MESSAGE)."""
 
-    error_code = 2
+    error_code = ErrorCode.CORRUPT_MESSAGE
 
 
 class InvalidRecordError(KafkaliteError):
     """A batch is well framed but its content breaks a rule (INVALID_RECORD)."""
 
-    error_code = 87
+    error_code = ErrorCode.INVALID_RECORD
 
 
 class RecordValidationError(InvalidRecordError):
@@ -39,25 +41,25 @@ class RecordValidationError(InvalidRecordError):
 class RecordTooLargeError(KafkaliteError):
     """A batch is larger than max.message.bytes (MESSAGE_TOO_LARGE)."""
 
-    error_code = 10
+    error_code = ErrorCode.MESSAGE_TOO_LARGE
 
 
 class RecordBatchTooLargeError(KafkaliteError):
     """An append is larger than segment.bytes (RECORD_LIST_TOO_LARGE)."""
 
-    error_code = 18
+    error_code = ErrorCode.RECORD_LIST_TOO_LARGE
 
 
 class InvalidTimestampError(KafkaliteError):
     """A record timestamp is outside the allowed window (INVALID_TIMESTAMP)."""
 
-    error_code = 32
+    error_code = ErrorCode.INVALID_TIMESTAMP
 
 
 class UnsupportedCompressionTypeError(KafkaliteError):
     """Unknown codec id in the attributes (UNSUPPORTED_COMPRESSION_TYPE)."""
 
-    error_code = 76
+    error_code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
 
 
 # --- offsets and appends -----------------------------------------------------------------------
@@ -66,7 +68,7 @@ class UnsupportedCompressionTypeError(KafkaliteError):
 class OffsetOutOfRangeError(KafkaliteError):
     """A read or log-start move outside [logStartOffset, LEO] (OFFSET_OUT_OF_RANGE)."""
 
-    error_code = 1
+    error_code = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 class InvalidOffsetError(KafkaliteError):
@@ -105,7 +107,7 @@ class IndexFullError(KafkaliteError):
 class KafkaStorageError(KafkaliteError):
     """An I/O failure in a log dir (KAFKA_STORAGE_ERROR)."""
 
-    error_code = 56
+    error_code = ErrorCode.KAFKA_STORAGE_ERROR
 
 
 class LogError(KafkaliteError):
@@ -118,43 +120,43 @@ class LogError(KafkaliteError):
 class OutOfOrderSequenceError(KafkaliteError):
     """A producer sequence that does not follow the last one written (OUT_OF_ORDER_SEQUENCE_NUMBER)."""
 
-    error_code = 45
+    error_code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 class DuplicateSequenceError(KafkaliteError):
     """A retried batch that is no longer among the last five (DUPLICATE_SEQUENCE_NUMBER)."""
 
-    error_code = 46
+    error_code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
 
 
 class InvalidProducerEpochError(KafkaliteError):
     """A producer epoch older than the current one (INVALID_PRODUCER_EPOCH)."""
 
-    error_code = 47
+    error_code = ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 class InvalidTxnStateError(KafkaliteError):
     """A write that contradicts the producer's transaction state (INVALID_TXN_STATE)."""
 
-    error_code = 48
+    error_code = ErrorCode.INVALID_TXN_STATE
 
 
 class TransactionCoordinatorFencedError(KafkaliteError):
     """An end marker from an older coordinator epoch (TRANSACTION_COORDINATOR_FENCED)."""
 
-    error_code = 52
+    error_code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
 
 
 class UnknownProducerIdError(KafkaliteError):
     """Producer state for this id is gone (UNKNOWN_PRODUCER_ID)."""
 
-    error_code = 59
+    error_code = ErrorCode.UNKNOWN_PRODUCER_ID
 
 
 class InvalidConfigError(KafkaliteError):
     """A configuration value is missing, of the wrong type or out of range (INVALID_CONFIG)."""
 
-    error_code = 40
+    error_code = ErrorCode.INVALID_CONFIG
 
 
 # --- topics, partitions and requests (broker) --------------------------------------------------
@@ -163,56 +165,56 @@ class InvalidConfigError(KafkaliteError):
 class UnknownTopicOrPartitionError(KafkaliteError):
     """No such topic or partition on this broker (UNKNOWN_TOPIC_OR_PARTITION)."""
 
-    error_code = 3
+    error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 class NotLeaderOrFollowerError(KafkaliteError):
     """This broker does not host the partition as leader (NOT_LEADER_OR_FOLLOWER)."""
 
-    error_code = 6
+    error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 class InvalidTopicError(KafkaliteError):
     """A topic name Kafka would refuse, or an operation not allowed on an internal topic (INVALID_TOPIC_EXCEPTION)."""
 
-    error_code = 17
+    error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
 class InvalidRequiredAcksError(KafkaliteError):
     """acks other than -1, 0 and 1 (INVALID_REQUIRED_ACKS)."""
 
-    error_code = 21
+    error_code = ErrorCode.INVALID_REQUIRED_ACKS
 
 
 class TopicAlreadyExistsError(KafkaliteError):
-    error_code = 36
+    error_code = ErrorCode.TOPIC_ALREADY_EXISTS
 
 
 class InvalidPartitionsError(KafkaliteError):
-    error_code = 37
+    error_code = ErrorCode.INVALID_PARTITIONS
 
 
 class InvalidReplicationFactorError(KafkaliteError):
-    error_code = 38
+    error_code = ErrorCode.INVALID_REPLICATION_FACTOR
 
 
 class InvalidRequestError(KafkaliteError):
     """A request that is well formed but makes no sense (INVALID_REQUEST)."""
 
-    error_code = 42
+    error_code = ErrorCode.INVALID_REQUEST
 
 
 class PolicyViolationError(KafkaliteError):
-    error_code = 44
+    error_code = ErrorCode.POLICY_VIOLATION
 
 
 class FencedLeaderEpochError(KafkaliteError):
     """The client's leader epoch is older than the partition's (FENCED_LEADER_EPOCH)."""
 
-    error_code = 74
+    error_code = ErrorCode.FENCED_LEADER_EPOCH
 
 
 class UnknownLeaderEpochError(KafkaliteError):
     """The client's leader epoch is newer than the partition's (UNKNOWN_LEADER_EPOCH)."""
 
-    error_code = 75
+    error_code = ErrorCode.UNKNOWN_LEADER_EPOCH

@@ -48,23 +48,17 @@ from kafkalite.coordinator.records import (
 from kafkalite.coordinator.timer import KeyedTimer
 from kafkalite.errors import CorruptRecordError
 from kafkalite.manager.log_manager import LogManager
+from kafkalite.protocol.api_keys import ApiKey
 
 log = logging.getLogger("kafkalite.coordinator")
 
 Body = dict[str, Any]
 RecordKV = tuple[bytes, bytes | None]
 
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
-DESCRIBE_GROUPS = 15
-LIST_GROUPS = 16
-DELETE_GROUPS = 42
-GROUP_API_KEYS = frozenset({OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP,
-                            DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS})
+GROUP_API_KEYS = frozenset({
+    ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
+    ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS,
+})
 # What an AclOperation bit set holds for a group when there is no authorizer: READ, DELETE, DESCRIBE.
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 _UNKNOWN_OPERATIONS = -(1 << 31)
@@ -112,10 +106,11 @@ class GroupCoordinator:
         self.membership = GroupMembership(self.config, clock, self.timer, self._persist)
         self._phase = _Phase.NEW
         self._handlers: dict[int, Callable[[int, Body, str, str], Awaitable[Body]]] = {
-            JOIN_GROUP: self._join_group, SYNC_GROUP: self._sync_group, HEARTBEAT: self._heartbeat,
-            LEAVE_GROUP: self._leave_group, OFFSET_COMMIT: self._offset_commit, OFFSET_FETCH: self._offset_fetch,
-            LIST_GROUPS: self._list_groups, DESCRIBE_GROUPS: self._describe_groups,
-            DELETE_GROUPS: self._delete_groups,
+            ApiKey.JOIN_GROUP: self._join_group, ApiKey.SYNC_GROUP: self._sync_group,
+            ApiKey.HEARTBEAT: self._heartbeat, ApiKey.LEAVE_GROUP: self._leave_group,
+            ApiKey.OFFSET_COMMIT: self._offset_commit, ApiKey.OFFSET_FETCH: self._offset_fetch,
+            ApiKey.LIST_GROUPS: self._list_groups, ApiKey.DESCRIBE_GROUPS: self._describe_groups,
+            ApiKey.DELETE_GROUPS: self._delete_groups,
         }
 
     # --- what the broker needs besides handle() ------------------------------------------------
@@ -224,7 +219,7 @@ class GroupCoordinator:
         if self._phase is not _Phase.ACTIVE:
             if self._phase is _Phase.CLOSED:
                 error = Errors.COORDINATOR_NOT_AVAILABLE
-            elif api_key == HEARTBEAT:
+            elif api_key == ApiKey.HEARTBEAT:
                 error = Errors.NONE  # Kafka answers heartbeats blindly while the group loads
             else:
                 error = Errors.COORDINATOR_LOAD_IN_PROGRESS
@@ -687,29 +682,29 @@ def _described(group_id: str, state: GroupState, protocol_type: str, protocol_da
 def error_response(api_key: int, v: int, body: Body, error: Errors) -> Body:
     """The whole request refused with one error, shaped for its API and version."""
     code = int(error)
-    if api_key == JOIN_GROUP:
+    if api_key == ApiKey.JOIN_GROUP:
         return join_response(v, join_error(error, body.get("member_id") or ""))
-    if api_key == SYNC_GROUP:
+    if api_key == ApiKey.SYNC_GROUP:
         return sync_group_response(sync_response(error))
-    if api_key == HEARTBEAT:
+    if api_key == ApiKey.HEARTBEAT:
         return {"throttle_time_ms": 0, "error_code": code}
-    if api_key == LEAVE_GROUP:
+    if api_key == ApiKey.LEAVE_GROUP:
         return {"throttle_time_ms": 0, "error_code": code, "members": []}
-    if api_key == OFFSET_COMMIT:
+    if api_key == ApiKey.OFFSET_COMMIT:
         topics = body.get("topics") or []
         return offset_commit_response(topics, {(t["name"], int(p["partition_index"])): error
                                                for t in topics for p in t.get("partitions") or []})
-    if api_key == OFFSET_FETCH:
+    if api_key == ApiKey.OFFSET_FETCH:
         if v >= 8:
             return {"throttle_time_ms": 0, "groups": [{"group_id": g.get("group_id"), "topics": [], "error_code": code}
                                                       for g in body.get("groups") or []]}
         return offset_fetch_single_response(v, {"topics": [], "error_code": code}, body.get("topics"))
-    if api_key == LIST_GROUPS:
+    if api_key == ApiKey.LIST_GROUPS:
         return {"throttle_time_ms": 0, "error_code": code, "groups": []}
-    if api_key == DESCRIBE_GROUPS:
+    if api_key == ApiKey.DESCRIBE_GROUPS:
         return {"throttle_time_ms": 0, "groups": [{**_described(g, GroupState.DEAD, "", "", []), "group_state": "",
                                                    "error_code": code} for g in body.get("groups") or []]}
-    if api_key == DELETE_GROUPS:
+    if api_key == ApiKey.DELETE_GROUPS:
         return {"throttle_time_ms": 0, "results": [{"group_id": g, "error_code": code}
                                                    for g in body.get("groups_names") or []]}
     raise ValueError(f"API key {api_key} is not a group coordinator API")

@@ -22,7 +22,7 @@ import uuid
 from copy import deepcopy
 from typing import Any
 
-from kafkalite.protocol import primitives as p
+import kafkalite.protocol.primitives as p
 from kafkalite.protocol.exceptions import ProtocolDecodeError
 from kafkalite.protocol.schema import FIXED_TYPES, STRUCT, Field
 
