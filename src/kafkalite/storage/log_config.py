@@ -96,8 +96,6 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
 )
 CONFIGS_BY_NAME = {d.name: d for d in CONFIG_DEFS}
 _FIELD = {d.name: d.name.replace(".", "_") for d in CONFIG_DEFS}
-_HOURS = {"log.roll.hours", "log.roll.jitter.hours", "log.retention.hours"}
-_MINUTES = {"log.retention.minutes"}
 # Broker keys that give a topic default in another unit: key -> (milliseconds per unit, Kafka's default).
 # The `*.ms` synonyms of these have no default of their own in Kafka (null): the coarser key decides.
 BROKER_UNIT_KEYS: dict[str, tuple[int, int | None]] = {
@@ -105,6 +103,8 @@ BROKER_UNIT_KEYS: dict[str, tuple[int, int | None]] = {
     "log.retention.hours": (3_600_000, 168), "log.retention.minutes": (60_000, None),
 }
 BROKER_UNIT_MINIMUM = {"log.roll.hours": 1, "log.roll.jitter.hours": 0}
+_HOURS = {k for k, (unit, _) in BROKER_UNIT_KEYS.items() if unit == 3_600_000}
+_MINUTES = {k for k, (unit, _) in BROKER_UNIT_KEYS.items() if unit == 60_000}
 BROKER_TO_TOPIC = {b: d.name for d in CONFIG_DEFS for b in d.broker}
 
 
