@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
 import os
@@ -23,6 +24,7 @@ from kafkalite.broker.metadata import MetadataStore
 from kafkalite.broker.replica_manager import ReplicaManager
 from kafkalite.cleaner.config import CleanerConfig
 from kafkalite.coordinator import GroupCoordinator
+from kafkalite.errors import KafkaliteError
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol import (
     SUPPORTED_VERSIONS,
@@ -56,23 +58,32 @@ class Broker:
         self._last_active: dict[asyncio.Task[None], float] = {}
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
+        self._started = False
         self.max_request_bytes = config.get("socket.request.max.bytes")
         self.idle_timeout_s = config.get("connections.max.idle.ms") / 1000
 
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Bind the listeners, open the data dirs, then serve. Each failure raises a KafkaliteError whose one
+        line says which: the address in use, the data dir that is not a directory or is locked, the config."""
         started = time.perf_counter()
         cfg = self.config
-        self.logs = await asyncio.to_thread(
-            LogManager, cfg.log_dirs, cfg.log_config(), cfg.manager_config(), topic_configs=self._saved_configs(),
-            cleaner_config=CleanerConfig.from_broker_props(cfg.props))
+        # Bound first (not yet listening, so clients see nothing): a port in use then fails before any
+        # data dir is locked, recovered or marked.
+        for li in cfg.listeners():
+            self._servers.append(await _bind(self._on_connection, li.host, li.port))
+        _check_data_dirs(cfg)
+        try:
+            self.logs = await asyncio.to_thread(
+                LogManager, cfg.log_dirs, cfg.log_config(), cfg.manager_config(),
+                topic_configs=self._saved_configs(), cleaner_config=CleanerConfig.from_broker_props(cfg.props))
+        except OSError as exc:
+            where = exc.filename or ", ".join(str(d) for d in cfg.log_dirs)
+            raise KafkaliteError(f"cannot open the data directory (log.dirs) {where}: {exc.strerror or exc}") \
+                from None
         self.replicas = ReplicaManager(cfg, self.logs, MetadataStore(self.logs.dirs[0].path))
         self.replicas.startup()
-        for li in cfg.listeners():
-            server = await asyncio.start_server(self._on_connection, li.host or None, li.port, reuse_address=True,
-                                                limit=1 << 20, start_serving=False)
-            self._servers.append(server)
         if any(li.port == 0 for li in cfg.advertised()):
             # Listening on an ephemeral port (tests): advertise the port the OS picked.
             port = self.addresses()[0][1]
@@ -91,6 +102,7 @@ class Broker:
         # in the middle of whatever requests were being served. Reference counting still frees it.
         gc.collect()
         gc.freeze()
+        self._started = True
         log.info("kafkalite broker %d started in %.1f s: listening on %s, data in %s, %d partitions",
                     cfg.node_id, time.perf_counter() - started,
                     ", ".join(f"{h}:{p}" for h, p in self.addresses()),
@@ -130,8 +142,11 @@ class Broker:
         self._stop.set()
 
     async def stop(self) -> None:
-        """Clean shutdown: stop accepting, finish nothing new, then flush, checkpoint and mark clean."""
+        """Clean shutdown: stop accepting, finish nothing new, then flush, checkpoint and mark clean. After a
+        failed start only what was opened is closed, without announcing a shutdown of a broker that never ran."""
         self._stop.set()
+        if self._started:
+            log.info("Shutting down: flushing logs, writing checkpoints and the clean-shutdown marker")
         for s in self._servers:
             s.close()
         for task in list(self._connections):
@@ -151,8 +166,10 @@ class Broker:
             await asyncio.to_thread(self.replicas.checkpoint_high_watermarks)
         if self.logs is not None:
             await asyncio.to_thread(self.logs.shutdown)
-            log.info("kafkalite broker %d shut down cleanly", self.config.node_id)
+            if self._started:
+                log.info("kafkalite broker %d shut down cleanly", self.config.node_id)
             self.logs = None
+        self._started = False
 
     # --- connections ------------------------------------------------------------------------------
 
@@ -274,6 +291,31 @@ class Broker:
             for part in parts[i:]:
                 if isinstance(part, FileRegion):
                     os.close(part.fd)
+
+
+async def _bind(handler: Any, host: str, port: int) -> asyncio.base_events.Server:
+    """A bound socket, not yet accepting; an address in use or not local says so with host:port."""
+    try:
+        return await asyncio.start_server(handler, host or None, port, reuse_address=True, limit=1 << 20,
+                                          start_serving=False)
+    except OSError as exc:
+        addr = f"[{host}]:{port}" if ":" in host else f"{host or '0.0.0.0'}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise KafkaliteError(f"cannot listen on {addr} (listeners): the address is already in use, "
+                                 "perhaps by another broker") from None
+        raise KafkaliteError(f"cannot listen on {addr} (listeners): {exc.strerror or exc}") from None
+
+
+def _check_data_dirs(cfg: BrokerConfig) -> None:
+    """Each entry of log.dirs must be a directory or creatable as one: a file in its place is named here,
+    before the manager would report it as something else."""
+    for d in cfg.log_dirs:
+        for p in (d, *d.parents):
+            if p.exists():
+                if not p.is_dir():
+                    what = "is" if p == d else f"is inside {p}, which is"
+                    raise KafkaliteError(f"the data directory {d} (log.dirs) {what} not a directory")
+                break
 
 
 def _api_name(key: int) -> str:

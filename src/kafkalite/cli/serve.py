@@ -14,13 +14,32 @@ from kafkalite.errors import KafkaliteError
 
 log = logging.getLogger("kafkalite.broker")
 
+EPILOG = """\
+examples:
+  kafkalite serve
+      listen on 127.0.0.1:9092, data in ./kafkalite-data
+  kafkalite serve --override listeners=PLAINTEXT://0.0.0.0:9092 --override log.dirs=/var/lib/kafkalite
+      listen on every interface, data in /var/lib/kafkalite
+  kafkalite serve --override listeners=PLAINTEXT://127.0.0.1:9092 \\
+      --override advertised.listeners=PLAINTEXT://broker.example.com:9092
+      tell clients another address than the one bound
+  kafkalite serve --config config/server.properties --override log.retention.hours=24
+      Kafka's server.properties, with one setting changed
+
+Settings use Kafka's names (node.id, listeners, log.dirs, log.segment.bytes, log.retention.hours,
+num.partitions, ...). An unknown or misspelt name is reported with the nearest known one; a value out of
+range stops the broker with the rule it breaks. Only PLAINTEXT listeners: TLS, SASL and ACL settings are
+refused. The broker runs until SIGTERM or Ctrl-C, then flushes and marks its data dirs clean.
+"""
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="run a Kafka-compatible broker",
                        description="Serve a data directory over Kafka's wire protocol. Settings use Kafka's "
                                    "server.properties names; the defaults listen on 127.0.0.1:9092 with data "
-                                   "in ./kafkalite-data.")
-    p.add_argument("--config", metavar="FILE", help="a server.properties file")
+                                   "in ./kafkalite-data.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", metavar="FILE", help="a Kafka server.properties file (Java .properties syntax)")
     p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
                    help="set one property, e.g. --override log.dirs=/data/k1 (repeatable; wins over --config)")
     p.set_defaults(func=run)
@@ -45,8 +64,7 @@ async def serve(config: BrokerConfig) -> None:
         await broker.start()
         await broker.serve_until_stopped()
     finally:
-        log.info("Shutting down: flushing logs, writing checkpoints and the clean-shutdown marker")
-        await broker.stop()
+        await broker.stop()  # announces a shutdown only if the broker had started
 
 
 def run(args: Any) -> int:
@@ -54,11 +72,13 @@ def run(args: Any) -> int:
         logging.getLogger("kafkalite").setLevel(logging.INFO)  # a server says what it does by default
     try:
         config = BrokerConfig.load(args.config, parse_overrides(args.override))
+        for warning in config.warnings():
+            log.warning("%s", warning)
         asyncio.run(serve(config))
     except (KafkaliteError, argparse.ArgumentTypeError) as exc:
         print(f"kafkalite serve: {exc}")
         return 1
     except OSError as exc:
-        print(f"kafkalite serve: {exc} (is another broker using the port or the data directory?)")
+        print(f"kafkalite serve: {exc}")
         return 1
     return 0

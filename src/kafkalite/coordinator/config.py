@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kafkalite.config import registry
 from kafkalite.errors import InvalidConfigError
-from kafkalite.records.compression import CompressionType
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -30,18 +30,19 @@ _PROPS: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorConfig:
-    """Kafka's defaults (GroupCoordinatorConfig); `offsets.retention.minutes` is kept in milliseconds."""
+    """Kafka's GroupCoordinatorConfig; names, defaults and rules come from the config registry.
+    `offsets.retention.minutes` is kept in milliseconds."""
 
-    offsets_topic_num_partitions: int = 50
-    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
-    offsets_topic_compression_codec: int = 0
-    offsets_retention_ms: int = 10080 * 60_000
-    offsets_retention_check_interval_ms: int = 600_000
-    offset_metadata_max_bytes: int = 4096
-    group_initial_rebalance_delay_ms: int = 3000
-    group_min_session_timeout_ms: int = 6000
-    group_max_session_timeout_ms: int = 1_800_000
-    group_max_size: int = 2_147_483_647
+    offsets_topic_num_partitions: int = registry.default("offsets.topic.num.partitions")
+    offsets_topic_segment_bytes: int = registry.default("offsets.topic.segment.bytes")
+    offsets_topic_compression_codec: int = registry.default("offsets.topic.compression.codec")
+    offsets_retention_ms: int = registry.default("offsets.retention.minutes") * 60_000
+    offsets_retention_check_interval_ms: int = registry.default("offsets.retention.check.interval.ms")
+    offset_metadata_max_bytes: int = registry.default("offset.metadata.max.bytes")
+    group_initial_rebalance_delay_ms: int = registry.default("group.initial.rebalance.delay.ms")
+    group_min_session_timeout_ms: int = registry.default("group.min.session.timeout.ms")
+    group_max_session_timeout_ms: int = registry.default("group.max.session.timeout.ms")
+    group_max_size: int = registry.default("group.max.size")
     # Kafka's classicGroupNewMemberJoinTimeoutMs: not a broker property there either.
     new_member_join_timeout_ms: int = 300_000
 
@@ -52,40 +53,23 @@ class CoordinatorConfig:
         values: dict[str, int] = {}
         for name, attr in _PROPS.items():
             if name in props:
-                values[attr] = _int(name, props[name])
+                values[attr] = registry.parse(name, props[name])
         if "offsets.retention.minutes" in props:
-            values["offsets_retention_ms"] = _int("offsets.retention.minutes", props["offsets.retention.minutes"]) \
-                * 60_000
+            values["offsets_retention_ms"] = registry.parse("offsets.retention.minutes",
+                                                            props["offsets.retention.minutes"]) * 60_000
         cfg = cls(**values)
         cfg.validate()
         return cfg
 
     def validate(self) -> None:
-        if self.offsets_topic_num_partitions < 1:
-            raise InvalidConfigError("Invalid value for configuration offsets.topic.num.partitions: "
-                                     "Value must be at least 1")
-        if self.offsets_retention_ms < 60_000:
-            raise InvalidConfigError("Invalid value for configuration offsets.retention.minutes: "
-                                     "Value must be at least 1")
+        """Rules across keys (each key's own rule is the registry's)."""
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise InvalidConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
-        if self.offsets_topic_compression_codec not in {c.value for c in CompressionType}:
-            raise InvalidConfigError(f"Invalid value {self.offsets_topic_compression_codec} for configuration "
-                                     "offsets.topic.compression.codec: 0 (none), 1 (gzip), 2 (snappy), 3 (lz4) "
-                                     "or 4 (zstd)")
 
     def offsets_topic_configs(self) -> dict[str, object]:
         """Topic configs Kafka gives `__consumer_offsets` when it creates it."""
         return {"cleanup.policy": "compact", "compression.type": "producer",
                 "segment.bytes": self.offsets_topic_segment_bytes}
-
-
-def _int(name: str, raw: object) -> int:
-    try:
-        return int(str(raw).strip())
-    except ValueError:
-        raise InvalidConfigError(f"Invalid value {raw!r} for configuration {name}: Not a number of type INT") \
-            from None
 
 
 def java_string_hash(s: str) -> int:

@@ -25,10 +25,13 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from kafkalite.cleaner.config import CleanerConfig
 from kafkalite.cleaner.log_cleaner import LogCleaner
 from kafkalite.clock import SYSTEM_CLOCK, Clock
+from kafkalite.config import registry
+from kafkalite.config.registry import ALIASES
 from kafkalite.errors import KafkaStorageError, LogError
 from kafkalite.scheduler import Scheduler, ThreadScheduler
 from kafkalite.storage import names
@@ -55,34 +58,36 @@ TopicPartition = tuple[str, int]
 
 @dataclass(frozen=True, slots=True)
 class ManagerConfig:
-    """Broker-level settings of the manager, with Kafka's defaults (reference section 3)."""
+    """Broker-level settings of the manager; names, defaults and rules come from the config registry."""
 
-    num_recovery_threads_per_data_dir: int = 1
-    retention_check_interval_ms: int = 300_000
-    flush_check_interval_ms: int = LONG_MAX
-    flush_recovery_offset_checkpoint_interval_ms: int = 60_000
-    flush_start_offset_checkpoint_interval_ms: int = 60_000
-    initial_task_delay_ms: int = 30_000
-    file_delete_delay_ms: int = 60_000
-    node_id: int = 1
-    cluster_id: str = "kafkalite-cluster"
+    num_recovery_threads_per_data_dir: int = registry.default("num.recovery.threads.per.data.dir")
+    retention_check_interval_ms: int = registry.default("log.retention.check.interval.ms")
+    flush_check_interval_ms: int = registry.default("log.flush.scheduler.interval.ms")
+    flush_recovery_offset_checkpoint_interval_ms: int = registry.default("log.flush.offset.checkpoint.interval.ms")
+    flush_start_offset_checkpoint_interval_ms: int = registry.default("log.flush.start.offset.checkpoint.interval.ms")
+    initial_task_delay_ms: int = registry.default("log.initial.task.delay.ms")
+    file_delete_delay_ms: int = registry.default("log.segment.delete.delay.ms")
+    node_id: int = registry.default("node.id")
+    cluster_id: str = registry.default("cluster.id")
     broker_epoch: int = 0
+
+    _KEYS: ClassVar[dict[str, str]] = {
+        "num.recovery.threads.per.data.dir": "num_recovery_threads_per_data_dir",
+        "log.retention.check.interval.ms": "retention_check_interval_ms",
+        "log.flush.scheduler.interval.ms": "flush_check_interval_ms",
+        "log.flush.offset.checkpoint.interval.ms": "flush_recovery_offset_checkpoint_interval_ms",
+        "log.flush.start.offset.checkpoint.interval.ms": "flush_start_offset_checkpoint_interval_ms",
+        "log.initial.task.delay.ms": "initial_task_delay_ms",
+        "log.segment.delete.delay.ms": "file_delete_delay_ms",
+        "node.id": "node_id",
+        "broker.id": "node_id",
+        "cluster.id": "cluster_id",
+    }
 
     @classmethod
     def from_broker_props(cls, props: Mapping[str, object]) -> ManagerConfig:
-        keys = {
-            "num.recovery.threads.per.data.dir": "num_recovery_threads_per_data_dir",
-            "log.retention.check.interval.ms": "retention_check_interval_ms",
-            "log.flush.scheduler.interval.ms": "flush_check_interval_ms",
-            "log.flush.offset.checkpoint.interval.ms": "flush_recovery_offset_checkpoint_interval_ms",
-            "log.flush.start.offset.checkpoint.interval.ms": "flush_start_offset_checkpoint_interval_ms",
-            "log.segment.delete.delay.ms": "file_delete_delay_ms",
-            "node.id": "node_id",
-            "broker.id": "node_id",
-        }
-        values = {field: int(str(props[k])) for k, field in keys.items() if k in props}
-        if "cluster.id" in props:
-            values["cluster_id"] = str(props["cluster.id"])
+        """The manager's keys out of broker properties, parsed and checked by the registry."""
+        values = {field: registry.parse(ALIASES.get(k, k), props[k]) for k, field in cls._KEYS.items() if k in props}
         return cls(**values)
 
 

@@ -96,14 +96,23 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
 )
 CONFIGS_BY_NAME = {d.name: d for d in CONFIG_DEFS}
 _FIELD = {d.name: d.name.replace(".", "_") for d in CONFIG_DEFS}
-_HOURS = {"log.roll.hours", "log.roll.jitter.hours", "log.retention.hours"}
-_MINUTES = {"log.retention.minutes"}
+# Broker keys that give a topic default in another unit: key -> (milliseconds per unit, Kafka's default).
+# The `*.ms` synonyms of these have no default of their own in Kafka (null): the coarser key decides.
+BROKER_UNIT_KEYS: dict[str, tuple[int, int | None]] = {
+    "log.roll.hours": (3_600_000, 168), "log.roll.jitter.hours": (3_600_000, 0),
+    "log.retention.hours": (3_600_000, 168), "log.retention.minutes": (60_000, None),
+}
+BROKER_UNIT_MINIMUM = {"log.roll.hours": 1, "log.roll.jitter.hours": 0}
+_HOURS = {k for k, (unit, _) in BROKER_UNIT_KEYS.items() if unit == 3_600_000}
+_MINUTES = {k for k, (unit, _) in BROKER_UNIT_KEYS.items() if unit == 60_000}
 BROKER_TO_TOPIC = {b: d.name for d in CONFIG_DEFS for b in d.broker}
 
 
-def _parse(d: ConfigDef, raw: Any) -> Any:
+def parse_value(d: ConfigDef, raw: Any, name: str | None = None) -> Any:
+    """`raw` (text from a file or request, or a Python value) as `d.kind`, checked by `d.validate`; errors use
+    Kafka's wording and name `name` (a broker-level synonym) when given, else the topic key."""
     def bad(why: str) -> InvalidConfigError:
-        return InvalidConfigError(f"Invalid value {raw!r} for configuration {d.name}: {why}")
+        return InvalidConfigError(f"Invalid value {raw} for configuration {name or d.name}: {why}")
 
     if d.kind in ("int", "long"):
         if isinstance(raw, bool):
@@ -179,7 +188,7 @@ class LogConfig:
                 if ignore_unknown:
                     continue
                 raise InvalidConfigError(f"Unknown topic config name: {key}")
-            changes[_FIELD[key]] = _parse(d, raw)
+            changes[_FIELD[key]] = parse_value(d, raw)
         return replace(base, **changes)
 
     @classmethod
@@ -195,10 +204,10 @@ class LogConfig:
             value = raw
             if rank:
                 unit = 3_600_000 if rank == 2 else 60_000
-                n = _parse(ConfigDef(key, "long", 0, _any, ""), raw)
+                n = parse_value(ConfigDef(key, "long", 0, _any, ""), raw)
                 value = -1 if n < 0 else n * unit
             if topic_key not in chosen or rank < chosen[topic_key][0]:
-                chosen[topic_key] = (rank, _parse(d, value))
+                chosen[topic_key] = (rank, parse_value(d, value, key if not rank else None))
         return replace(cls(), **{_FIELD[k]: v for k, (_, v) in chosen.items()})
 
     def with_overrides(self, **kafka_named: object) -> LogConfig:

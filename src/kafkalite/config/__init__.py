@@ -1,0 +1,1 @@
+"""Broker configuration: the registry of every server.properties key we know, the file reader, listeners."""

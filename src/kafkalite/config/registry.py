@@ -1,0 +1,243 @@
+"""Every broker setting kafkalite knows, declared once: Kafka's name, type, default, one line of documentation
+and the rule its value must follow.
+
+Operators bring their Kafka `server.properties`; a misspelt key or a value out of range must not leave the
+broker running on defaults they did not ask for. So each key is here exactly once, and the components
+(LogConfig's topic defaults, the log manager, the group coordinator, the cleaner) read their defaults from
+this table rather than keeping their own. The `log.*` topic defaults are derived from LogConfig's table
+(`ConfigDef.broker` synonyms), so their type, default and rule stay in storage/log_config.py.
+
+`effect` says what a key does here:
+- "used": read by kafkalite;
+- "none": a Kafka key we recognise but that changes nothing in kafkalite (a single broker, one asyncio loop,
+  features not built yet): setting it logs a WARNING naming it and why.
+Security keys (TLS, SASL, ACLs) are refused outright: see `security_refusals`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kafkalite.config.listeners import DEFAULT_PORT, NOT_IMPLEMENTED
+from kafkalite.storage.log_config import (
+    BROKER_UNIT_KEYS,
+    BROKER_UNIT_MINIMUM,
+    CONFIG_DEFS,
+    INT_MAX,
+    LONG_MAX,
+    ConfigDef,
+    at_least,
+    between,
+    parse_value,
+)
+
+DEFAULT_DATA_DIR = "kafkalite-data"
+COMPRESSION_CODECS = (0, 1, 2, 3, 4)  # none, gzip, snappy, lz4, zstd
+
+
+def _any(_: Any) -> str | None:
+    return None
+
+
+def _codec(v: Any) -> str | None:
+    return None if v in COMPRESSION_CODECS else "0 (none), 1 (gzip), 2 (snappy), 3 (lz4) or 4 (zstd)"
+
+
+def _plaintext(v: Any) -> str | None:
+    return None if v.upper() == "PLAINTEXT" else NOT_IMPLEMENTED
+
+
+def _load_factor(v: Any) -> str | None:
+    return None if 0 < v <= 1 else "Value must be above 0 and at most 1"
+
+
+def _positive(v: Any) -> str | None:
+    return None if v > 0 else "Value must be above 0"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerKey:
+    name: str
+    kind: str  # "int", "long", "double", "bool", "str", "list"
+    default: Any  # None: Kafka has no default (another key decides, or the feature is off)
+    doc: str
+    validate: Callable[[Any], str | None] = _any
+    effect: str = "used"  # "used" or "none" (see the module docstring)
+    topic: ConfigDef | None = None  # the LogConfig key this broker key gives the default of
+
+
+def _k(name: str, kind: str, default: Any, doc: str, validate: Callable[[Any], str | None] = _any) -> BrokerKey:
+    return BrokerKey(name, kind, default, doc, validate)
+
+
+def _none(name: str, why: str) -> BrokerKey:
+    return BrokerKey(name, "str", None, why, effect="none")
+
+
+_BROKER: tuple[BrokerKey, ...] = (
+    # identity and network
+    _k("node.id", "int", 1, "this broker's id, written to meta.properties of each data dir", at_least(0)),
+    _k("cluster.id", "str", "kafkalite-cluster", "cluster id written to new data dirs"),
+    _k("broker.rack", "str", "", "rack reported in Metadata"),
+    _k("listeners", "str", f"PLAINTEXT://127.0.0.1:{DEFAULT_PORT}", "NAME://host:port,... to listen on"),
+    _k("advertised.listeners", "str", "", "addresses given to clients in Metadata (default: listeners)"),
+    _k("listener.security.protocol.map", "str",
+       "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+       "listener name -> security protocol (only PLAINTEXT is implemented)"),
+    _k("security.inter.broker.protocol", "str", "PLAINTEXT", "protocol between brokers (only PLAINTEXT)",
+       _plaintext),
+    _k("authorizer.class.name", "str", "", "ACL authorizer (not implemented: must stay empty)"),
+    _k("socket.request.max.bytes", "int", 104857600, "largest request accepted", at_least(1)),
+    _k("connections.max.idle.ms", "long", 600000, "close connections idle this long", at_least(1)),
+    _k("fetch.max.bytes", "int", 57671680, "most bytes one fetch response returns", at_least(0)),
+    # topics
+    _k("num.partitions", "int", 1, "partitions of auto-created topics", at_least(1)),
+    _k("default.replication.factor", "int", 1, "replication factor of auto-created topics", at_least(1)),
+    _k("auto.create.topics.enable", "bool", True, "create topics on first Metadata/produce"),
+    _k("delete.topic.enable", "bool", True, "allow DeleteTopics"),
+    # the log manager
+    _k("log.dirs", "list", (DEFAULT_DATA_DIR,), "data directories (log.dir is a synonym)"),
+    _k("num.recovery.threads.per.data.dir", "int", 1, "threads per data dir for recovery at start-up",
+       at_least(1)),
+    _k("log.retention.check.interval.ms", "long", 300000, "how often retention runs", at_least(1)),
+    _k("log.flush.scheduler.interval.ms", "long", LONG_MAX, "how often the flusher checks flush.ms"),
+    _k("log.flush.offset.checkpoint.interval.ms", "int", 60000, "how often recovery points are checkpointed",
+       between(0, INT_MAX)),
+    _k("log.flush.start.offset.checkpoint.interval.ms", "int", 60000,
+       "how often log start offsets are checkpointed", between(0, INT_MAX)),
+    _k("log.initial.task.delay.ms", "long", 30000, "delay before the first retention/flush run", at_least(0)),
+    _k("replica.high.watermark.checkpoint.interval.ms", "long", 5000, "how often high watermarks are saved",
+       at_least(1)),
+    # the cleaner
+    _k("log.cleaner.enable", "bool", True, "run the log cleaner for compacted topics"),
+    _k("log.cleaner.threads", "int", 1, "cleaner threads", at_least(1)),
+    _k("log.cleaner.dedupe.buffer.size", "long", 134217728, "offset map memory over all cleaner threads"),
+    _k("log.cleaner.io.buffer.load.factor", "double", 0.9, "how full the offset map may get", _load_factor),
+    _k("log.cleaner.io.buffer.size", "int", 524288, "I/O buffer memory over all cleaner threads", at_least(0)),
+    _k("log.cleaner.io.max.bytes.per.second", "double", math.inf, "cleaner I/O throttle", _positive),
+    _k("log.cleaner.backoff.ms", "long", 15000, "sleep when there is nothing to clean", at_least(0)),
+    # the group coordinator
+    _k("offsets.topic.num.partitions", "int", 50, "partitions of __consumer_offsets", at_least(1)),
+    _k("offsets.topic.segment.bytes", "int", 104857600, "segment size of __consumer_offsets", at_least(1)),
+    _k("offsets.topic.compression.codec", "int", 0, "compression of offset commits", _codec),
+    _k("offsets.retention.minutes", "int", 10080, "how long committed offsets of empty groups are kept",
+       at_least(1)),
+    _k("offsets.retention.check.interval.ms", "long", 600000, "how often stale offsets are expired",
+       at_least(1)),
+    _k("offset.metadata.max.bytes", "int", 4096, "largest metadata string of a commit", at_least(0)),
+    _k("group.initial.rebalance.delay.ms", "int", 3000, "wait for more members before the first rebalance",
+       at_least(0)),
+    _k("group.min.session.timeout.ms", "int", 6000, "smallest session timeout a member may ask for",
+       at_least(0)),
+    _k("group.max.session.timeout.ms", "int", 1800000, "largest session timeout a member may ask for",
+       at_least(0)),
+    _k("group.max.size", "int", INT_MAX, "most members in one group", at_least(1)),
+)
+
+_NO_EFFECT: tuple[BrokerKey, ...] = (
+    _none("num.network.threads", "one asyncio loop serves every connection"),
+    _none("num.io.threads", "requests run on one asyncio loop"),
+    _none("queued.max.requests", "each connection has one request in flight"),
+    _none("socket.send.buffer.bytes", "the OS default socket buffers are used"),
+    _none("socket.receive.buffer.bytes", "the OS default socket buffers are used"),
+    _none("socket.listen.backlog.size", "the asyncio default backlog is used"),
+    _none("max.connections", "connections are not limited"),
+    _none("max.connections.per.ip", "connections are not limited"),
+    _none("background.threads", "background work runs on the scheduler's threads"),
+    _none("process.roles", "kafkalite is a single broker without a KRaft quorum"),
+    _none("controller.quorum.voters", "kafkalite is a single broker without a KRaft quorum"),
+    _none("controller.quorum.bootstrap.servers", "kafkalite is a single broker without a KRaft quorum"),
+    _none("controller.listener.names", "kafkalite is a single broker without a KRaft quorum"),
+    _none("inter.broker.listener.name", "kafkalite is a single broker"),
+    _none("inter.broker.protocol.version", "kafkalite speaks the current protocol"),
+    _none("log.message.format.version", "record batches are always written in format v2"),
+    _none("zookeeper.connect", "kafkalite needs no ZooKeeper"),
+    _none("num.replica.fetchers", "kafkalite is a single broker: no replication"),
+    _none("replica.lag.time.max.ms", "kafkalite is a single broker: no replication"),
+    _none("auto.leader.rebalance.enable", "kafkalite is a single broker: no leader movement"),
+    _none("offsets.topic.replication.factor", "kafkalite is a single broker: replication factor is 1"),
+    _none("transaction.state.log.replication.factor", "transactions are not implemented yet"),
+    _none("transaction.state.log.min.isr", "transactions are not implemented yet"),
+    _none("transaction.state.log.num.partitions", "transactions are not implemented yet"),
+    _none("transaction.state.log.segment.bytes", "transactions are not implemented yet"),
+    _none("transactional.id.expiration.ms", "transactions are not implemented yet"),
+    _none("transaction.max.timeout.ms", "transactions are not implemented yet"),
+    _none("share.coordinator.state.topic.replication.factor", "share groups are not implemented yet"),
+    _none("share.coordinator.state.topic.min.isr", "share groups are not implemented yet"),
+    _none("group.coordinator.rebalance.protocols", "only the classic group protocol is implemented"),
+    _none("remote.log.storage.system.enable", "tiered storage is not implemented yet"),
+    _none("metric.reporters", "metrics are not exported yet"),
+    _none("log.dir.failure.timeout.ms", "a failed data dir stops the broker"),
+    _none("offsets.commit.timeout.ms", "offset commits are written locally, not replicated"),
+    _none("producer.id.expiration.ms", "producer ids are kept with the producer state snapshots"),
+)
+
+
+def _topic_keys() -> tuple[BrokerKey, ...]:
+    """The `log.*` and other broker synonyms of topic configs, with LogConfig's type, default and rule."""
+    out: dict[str, BrokerKey] = {}
+    for d in CONFIG_DEFS:
+        for b in d.broker:
+            if b in BROKER_UNIT_KEYS:
+                unit, default = BROKER_UNIT_KEYS[b]
+                rule = at_least(BROKER_UNIT_MINIMUM[b]) if b in BROKER_UNIT_MINIMUM else _any
+                word = "hours" if unit == 3_600_000 else "minutes"
+                out[b] = BrokerKey(b, "long", default, f"{d.doc}, in {word} (default of topic {d.name})", rule,
+                                   topic=d)
+            else:
+                coarser = any(s in BROKER_UNIT_KEYS for s in d.broker)
+                out[b] = BrokerKey(b, d.kind, None if coarser else d.default,
+                                   f"{d.doc} (default of topic {d.name})", d.validate, topic=d)
+    return tuple(out.values())
+
+
+KEYS: dict[str, BrokerKey] = {k.name: k for k in (*_BROKER, *_topic_keys(), *_NO_EFFECT)}
+ALIASES = {"broker.id": "node.id", "log.dir": "log.dirs"}
+assert len(KEYS) == len(_BROKER) + len(_topic_keys()) + len(_NO_EFFECT), "a key is declared twice"
+
+
+def default(name: str) -> Any:
+    """The one default of `name` (components take theirs from here)."""
+    return KEYS[name].default
+
+
+def parse(name: str, raw: object) -> Any:
+    """`raw` as the key's type, checked by its rule; errors say "Invalid value X for configuration K: why"."""
+    key = KEYS[name]
+    if key.kind == "list" and key.topic is None:
+        return [p.strip() for p in str(raw).split(",") if p.strip()]
+    if key.topic is not None and key.name not in BROKER_UNIT_KEYS:
+        return parse_value(key.topic, raw, name)
+    return parse_value(ConfigDef(name, key.kind, key.default, key.validate, key.doc), raw)
+
+
+def closest(name: str) -> str | None:
+    """The known key nearest to a misspelt one, for the warning."""
+    found = difflib.get_close_matches(name, [*KEYS, *ALIASES], n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def security_refusals(props: Mapping[str, object]) -> list[str]:
+    """Settings asking for TLS, SASL or ACLs: refused, since serving plaintext in their place would mislead."""
+    out = []
+    for k, v in props.items():
+        if k.startswith(("ssl.", "sasl.")) or (k.startswith("listener.name.") and any(
+                f".{p}." in k for p in ("ssl", "sasl"))):
+            out.append(f"{k} is set: {NOT_IMPLEMENTED}")
+        elif k == "authorizer.class.name" and str(v).strip():
+            out.append(f"authorizer.class.name={str(v).strip()} is set: {NOT_IMPLEMENTED}")
+    return out
+
+
+def unknown_key_warning(name: str) -> str:
+    near = closest(name)
+    hint = f" (did you mean {near}?)" if near else ""
+    return f"Unknown configuration {name!r} is ignored{hint}"
+
+
+def no_effect_warning(name: str) -> str:
+    return f"Configuration {name} is accepted but has no effect in kafkalite: {KEYS[name].doc}"
