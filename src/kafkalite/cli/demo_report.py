@@ -138,6 +138,7 @@ td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 .summary td:first-child{width:45%}
 .kv{max-width:640px}
 .removed{color:#a4361d;font-weight:600}
+tr.total td{font-weight:600;border-top:2px solid #c9ced6}
 """
 
 
@@ -170,17 +171,17 @@ def _cleaner_table(before: Sequence[PartitionSnapshot], after: Sequence[Partitio
         vals = [b.records, a.records, b.size, a.size]
         total = [t + v for t, v in zip(total, vals, strict=True)]
         rows.append(_cleaner_row(b.name, *vals))
-    rows.append(_cleaner_row("all partitions", *total, bold=True))
+    rows.append(_cleaner_row("all partitions", *total, total=True))
     head = ('<tr><th style="width:19%">partition</th><th class=num>records before</th><th class=num>after</th>'
             '<th class=num>removed</th><th class=num>bytes before</th><th class=num>after</th>'
             '<th class=num>removed</th></tr>')
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-def _cleaner_row(name: str, rec_b: int, rec_a: int, size_b: int, size_a: int, bold: bool = False) -> str:
-    tag = "th" if bold else "td"
+def _cleaner_row(name: str, rec_b: int, rec_a: int, size_b: int, size_a: int, total: bool = False) -> str:
     pct = f" ({(size_b - size_a) / size_b:.0%})" if size_b else ""
-    return (f"<tr><{tag}>{html.escape(name)}</{tag}><td class=num>{rec_b:,}</td><td class=num>{rec_a:,}</td>"
+    return (f"<tr{' class=total' if total else ''}><td>{html.escape(name)}</td><td class=num>{rec_b:,}</td>"
+            f"<td class=num>{rec_a:,}</td>"
             f"<td class='num removed'>{rec_b - rec_a:,}</td><td class=num>{_bytes(size_b)}</td>"
             f"<td class=num>{_bytes(size_a)}</td><td class='num removed'>{_bytes(size_b - size_a)}{pct}</td></tr>")
 
@@ -233,7 +234,8 @@ compacted it.</p>
 <h2>Streaming query: micro-batches</h2>
 <p class=note>From the query's <code>recentProgress</code>: run 1 read the first wave of events, run 2 (restarted
 from the checkpoint) only the second. Time is Spark's trigger execution time of the batch, in milliseconds;
-rows/s is input rows divided by that time.</p>
+rows/s is input rows divided by that time. The first batch also pays for starting Spark's Python workers
+and compiling kafkalite's decoder.</p>
 {_batches_table(report.batches)}
 <h2>Log cleaner: what compaction removed from user-stats</h2>
 <p class=note>Each micro-batch appended the updated aggregate of every user it saw; compaction keeps only the
