@@ -1,28 +1,37 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
-# Each creates (or refreshes, when pyproject.toml changed) the virtualenv in .venv.
+# Each creates (or refreshes, when pyproject.toml changed) the virtualenv in .venv: `make demo` with the
+# `spark` extra (Spark itself needs Java 17+, which `kafkalite demo` checks first), `make test` with the
+# dev tools, which include the extra.
 PYTHON ?= python3
 VENV ?= .venv
-STAMP := $(VENV)/.installed
+SPARK_STAMP := $(VENV)/.installed-spark
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: demo test bench lint clean
 
-$(STAMP): pyproject.toml
+$(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e '.[dev]'
-	touch $(STAMP)
 
-demo: $(STAMP)
+$(SPARK_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install -q -e '.[spark]'
+	touch $(SPARK_STAMP)
+
+$(DEV_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install -q -e '.[dev]'
+	touch $(DEV_STAMP) $(SPARK_STAMP)
+
+demo: $(SPARK_STAMP)
 	$(VENV)/bin/kafkalite demo
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(VENV)/bin/python -m bench
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check src tests bench
 
 clean:

@@ -7,7 +7,11 @@
    kafkalite sink, exactly once per micro-batch.
 3. A second wave of events arrives; the same query restarts from its checkpoint and only reads the new data.
 4. The log cleaner compacts `user-stats`: one record per user remains, the latest.
-5. The demo prints what happened and writes `demo-report.html` (a chart of the most active users).
+5. The demo prints what happened and writes `demo-report.html` (`demo_report`): the segments before and after
+   compaction, what the cleaner removed, the query's micro-batches and the most active users.
+
+It needs the `spark` extra and Java 17+; both are checked first, and a missing one is named in one line
+(exit code 2) rather than found out by Spark with a traceback.
 
 Everything lives under the data dir (default ./kafkalite-data); the demo replaces its own topics, checkpoint
 and report on every run, so it can be run again.
@@ -15,18 +19,19 @@ and report on every run, so it can be run again.
 
 from __future__ import annotations
 
-import html
 import json
 import random
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from kafkalite import spark as kspark
+from kafkalite.cli.demo_report import DemoReport, PartitionSnapshot, micro_batches, snapshot_log, write_report
 from kafkalite.clock import SYSTEM_CLOCK
 from kafkalite.manager.log_manager import LogManager, ManagerConfig
 from kafkalite.records import CompressionType, SimpleRecord, build_batch
-from kafkalite.storage.log import FetchIsolation
 
 DEFAULT_DATA_DIR = Path("kafkalite-data")
 EVENTS, STATS = "events", "user-stats"
@@ -89,8 +94,8 @@ def spark_session() -> Any:
                                               "spark.python.unix.domain.socket.enabled": "false"})
 
 
-def run_aggregation(spark: Any, data_dir: Path, checkpoint: Path) -> tuple[int, float]:
-    """One availableNow run of the streaming query; returns (input rows, seconds)."""
+def run_aggregation(spark: Any, data_dir: Path, checkpoint: Path) -> tuple[int, float, list[Any]]:
+    """One availableNow run of the streaming query; returns (input rows, seconds, its recentProgress)."""
     from pyspark.sql import functions as F
 
     schema = "user STRING, url STRING, ms INT, ts LONG"
@@ -113,30 +118,32 @@ def run_aggregation(spark: Any, data_dir: Path, checkpoint: Path) -> tuple[int, 
              .outputMode("update").trigger(availableNow=True).start())
     query.awaitTermination()
     elapsed = time.perf_counter() - started
-    rows = sum(p.get("numInputRows", 0) for p in query.recentProgress)
-    return rows, elapsed
+    progress = list(query.recentProgress)
+    rows = sum(b.rows for b in micro_batches(0, progress))
+    return rows, elapsed, progress
 
 
-def compact_stats(data_dir: Path) -> tuple[int, int, int, int]:
-    """Roll and clean every user-stats partition; (records before, after, partitions compacted, partitions)."""
-    before = after = compacted = 0
+def compact_stats(data_dir: Path) -> tuple[list[PartitionSnapshot], list[PartitionSnapshot]]:
+    """Roll and clean every user-stats partition; the segments of each partition before and after."""
+    before, after = [], []
     with LogManager([data_dir], topic_configs={STATS: STATS_CONFIG}) as manager:
         logs = sorted((lg for lg in manager.all_logs() if lg.topic == STATS), key=lambda lg: lg.partition)
         for lg in logs:
-            records = _count(lg)
+            before.append(snapshot_log(lg))
             if lg.active_segment.size:
                 lg.roll()  # the active segment is never cleaned: close it so everything is eligible
             lg.update_high_watermark(lg.log_end_offset)
             if manager.cleaner is not None:
                 # the manager's own cleaner threads may get there first; clean_now then has nothing left
                 manager.cleaner.clean_now(STATS, lg.partition)
-            remaining = _count(lg)
-            before, after, compacted = before + records, after + remaining, compacted + (remaining < records)
-    return before, after, compacted, len(logs)
+            after.append(snapshot_log(lg))
+    return before, after
 
 
-def _count(lg: Any) -> int:
-    return sum(len(list(b.records())) for b in lg.batches(None, FetchIsolation.LOG_END))
+def snapshot_topic(data_dir: Path, topic: str) -> list[PartitionSnapshot]:
+    with LogManager([data_dir]) as manager:
+        logs = sorted((lg for lg in manager.all_logs() if lg.topic == topic), key=lambda lg: lg.partition)
+        return [snapshot_log(lg) for lg in logs]
 
 
 def latest_stats(spark: Any, data_dir: Path) -> list[dict[str, Any]]:
@@ -149,27 +156,19 @@ def latest_stats(spark: Any, data_dir: Path) -> list[dict[str, Any]]:
     return sorted((v for _, v in latest.values()), key=lambda s: -s["views"])
 
 
-def write_report(path: Path, summary: list[tuple[str, str]], top: list[dict[str, Any]]) -> None:
-    width, bar_h = 640, 22
-    peak = max((s["views"] for s in top), default=1)
-    bars = []
-    for i, s in enumerate(top):
-        w = int((width - 200) * s["views"] / peak)
-        y = i * (bar_h + 6)
-        bars.append(f'<text x="0" y="{y + 16}" font-size="13">{html.escape(s["user"])}</text>'
-                    f'<rect x="90" y="{y}" width="{w}" height="{bar_h}" fill="#3b7dd8"/>'
-                    f'<text x="{96 + w}" y="{y + 16}" font-size="12">{s["views"]} views, '
-                    f'{s["total_ms"] / max(1, s["views"]):.0f} ms avg</text>')
-    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{len(top) * (bar_h + 6)}">'
-           + "".join(bars) + "</svg>")
-    table = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in summary)
-    path.write_text(f"<!doctype html><meta charset=utf-8><title>kafkalite demo</title>"
-                    f"<body style='font-family:sans-serif;max-width:760px;margin:2em auto'>"
-                    f"<h1>kafkalite demo pipeline</h1><table>{table}</table>"
-                    f"<h2>Most active users (from the compacted topic {STATS})</h2>{svg}</body>")
+def missing_prerequisite() -> str | None:
+    """One line naming what Spark lacks here (the `spark` extra, Java 17+), or None."""
+    missing = kspark.missing_extra()
+    if missing:
+        return kspark.extra_message(missing)
+    return kspark.java_problem()
 
 
 def run(args: Any) -> int:
+    problem = missing_prerequisite()
+    if problem:
+        print(f"kafkalite demo: {problem}", file=sys.stderr)
+        return 2
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = data_dir / ".demo-checkpoint"  # hidden: not a partition dir
@@ -188,17 +187,21 @@ def run(args: Any) -> int:
     print("   Starting Spark (local[2]) ...", flush=True)
     started = time.perf_counter()
     spark = spark_session()
-    print(f"   Spark {spark.version} ready in {time.perf_counter() - started:.1f} s")
+    spark_version = spark.version
+    print(f"   Spark {spark_version} ready in {time.perf_counter() - started:.1f} s")
     try:
-        rows1, secs1 = run_aggregation(spark, data_dir, checkpoint)
+        rows1, secs1, progress1 = run_aggregation(spark, data_dir, checkpoint)
         print(f"2. Streaming query read {rows1:,} events and updated per-user aggregates in topic '{STATS}' "
               f"in {secs1:.1f} s ({rows1 / max(secs1, 1e-9):,.0f} rows/s)")
         wave2 = page_views(n2, now - 60_000, args.users, rnd)
         write_events(data_dir, wave2)
-        rows2, secs2 = run_aggregation(spark, data_dir, checkpoint)
+        rows2, secs2, progress2 = run_aggregation(spark, data_dir, checkpoint)
         print(f"3. {n2:,} new events arrived; the query resumed from its checkpoint and read exactly {rows2:,} "
               f"rows in {secs2:.1f} s")
-        before, after, cleaned, stats_partitions = compact_stats(data_dir)
+        stats_before, stats_after = compact_stats(data_dir)
+        before, after = sum(p.records for p in stats_before), sum(p.records for p in stats_after)
+        cleaned = sum(a.records < b.records for b, a in zip(stats_before, stats_after, strict=True))
+        stats_partitions = len(stats_before)
         print(f"4. The log cleaner compacted '{STATS}' ({cleaned} of {stats_partitions} partition(s) had older "
               f"aggregates to drop): {before:,} aggregate records -> {after:,}, one per user")
         top = latest_stats(spark, data_dir)
@@ -208,11 +211,13 @@ def run(args: Any) -> int:
         print(f"   {s['user']}: {s['views']} views, {s['total_ms'] / max(1, s['views']):.0f} ms average, "
               f"last on {s['last_url']}")
     report = data_dir / "demo-report.html"
-    write_report(report, [("events written", f"{n1 + n2:,}"), ("users", str(len(top))),
-                          ("stream rows, run 1 / run 2", f"{rows1:,} / {rows2:,}"),
-                          ("user-stats records before / after compaction", f"{before:,} / {after:,}"),
-                          ("total time", f"{time.perf_counter() - total_started:.1f} s")], top[:15])
-    print(f"5. Report with a chart of the most active users: {report.resolve()}")
+    summary = [("events written (2 waves)", f"{n1:,} + {n2:,} = {n1 + n2:,}"), ("users", str(len(top))),
+               ("stream rows read, run 1 / run 2", f"{rows1:,} / {rows2:,}"),
+               ("user-stats records before / after compaction", f"{before:,} / {after:,}"),
+               ("Spark", spark_version), ("total time", f"{time.perf_counter() - total_started:.1f} s")]
+    write_report(report, DemoReport(summary, snapshot_topic(data_dir, EVENTS), stats_before, stats_after,
+                                    micro_batches(1, progress1) + micro_batches(2, progress2), top[:15]))
+    print(f"5. Report (segments before/after compaction, micro-batches, most active users): {report.resolve()}")
     ok = rows1 == n1 and rows2 == n2 and after == len(top) and sum(s["views"] for s in top) == n1 + n2
     print(f"Done in {time.perf_counter() - total_started:.1f} s; every event counted exactly once: {ok}")
     return 0 if ok else 1
