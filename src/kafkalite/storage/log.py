@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crc32c import crc32c
-from sortedcontainers import SortedDict
 
 from kafkalite.clock import SYSTEM_CLOCK, Clock
 from kafkalite.errors import (
@@ -60,9 +59,11 @@ from kafkalite.storage.checkpoint import LEADER_EPOCH_CHECKPOINT_FILE, Checkpoin
 from kafkalite.storage.file_records import TimestampAndOffset
 from kafkalite.storage.leader_epoch import LeaderEpochCache
 from kafkalite.storage.log_config import LogConfig
+from kafkalite.storage.log_loader import LogLoader, rebuild_producer_state
 from kafkalite.storage.metadata import FetchDataInfo, LogOffsetMetadata
 from kafkalite.storage.producer_state import AppendOrigin, ProducerStateManager
 from kafkalite.storage.segment import LogSegment
+from kafkalite.storage.segment_map import SegmentMap
 
 log = logging.getLogger("kafkalite.log")
 
@@ -81,57 +82,6 @@ class FetchIsolation(enum.Enum):
     LOG_END = "log_end"
     HIGH_WATERMARK = "high_watermark"
     TXN_COMMITTED = "txn_committed"
-
-
-class SegmentMap(SortedDict):
-    """The log's segments by base offset, remembering the last one (the active segment).
-
-    Every append asks for the active segment, and `peekitem(-1)` costs about a microsecond; the
-    remembered one is dropped by any change to the map, whoever makes it (roll, truncation, the
-    loader, the cleaner's segment swaps), so it can never be stale.
-    """
-
-    _active: LogSegment | None = None
-
-    @property
-    def last_segment(self) -> LogSegment:
-        active = self._active
-        if active is None:
-            active = self._active = self.peekitem(-1)[1]
-        return active
-
-    def __setitem__(self, key, value) -> None:
-        self._active = None
-        super().__setitem__(key, value)
-
-    def __delitem__(self, key) -> None:
-        self._active = None
-        super().__delitem__(key)
-
-    def clear(self) -> None:
-        self._active = None
-        super().clear()
-
-    def pop(self, key, *default):
-        self._active = None
-        return super().pop(key, *default)
-
-    def popitem(self, index=-1):
-        self._active = None
-        return super().popitem(index)
-
-    def setdefault(self, key, default=None):
-        self._active = None
-        return super().setdefault(key, default)
-
-    def update(self, *args, **kwargs) -> None:
-        self._active = None
-        super().update(*args, **kwargs)
-
-    # SortedDict's own methods reach these through private aliases (`|=` and the constructor call
-    # `_update`; `update` calls `_setitem`), which would bypass the overrides above
-    _setitem = __setitem__
-    _update = update
 
 
 @dataclass(slots=True)
@@ -182,8 +132,6 @@ class Log:
         high_watermark: int | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
-        from kafkalite.storage.log_loader import LogLoader
-
         self.dir = Path(directory)
         self.topic, self.partition = names.parse_topic_partition_name(self.dir.name)
         self.update_config(config)
@@ -206,7 +154,12 @@ class Log:
                                                    clock=clock)
         self.last_flush_time = clock.milliseconds()
         self._closed = False
-        loaded = LogLoader(self, log_start_offset, recovery_point, clean_shutdown, progress).load()
+        loaded = LogLoader(
+            self.dir, config, new_segment=self._new_segment, leader_epoch_cache=self.leader_epoch_cache,
+            producer_state=self.producer_state, clock=clock, log_start_offset_checkpoint=log_start_offset,
+            recovery_point_checkpoint=recovery_point, clean_shutdown=clean_shutdown,
+            rebuild_epoch_cache=self.rebuild_epoch_cache, progress=progress).load()
+        self.segments = loaded.segments
         self.log_start_offset = loaded.log_start_offset
         self.recovery_point = loaded.recovery_point
         self._leo = loaded.next_offset_metadata
@@ -1003,9 +956,8 @@ class Log:
             self._hw = self._leo
 
     def _rebuild_producer_state(self, last_offset: int) -> None:
-        from kafkalite.storage.log_loader import rebuild_producer_state
-
-        rebuild_producer_state(self, last_offset, reload_from_clean_shutdown=False)
+        rebuild_producer_state(self.producer_state, self.segments, self.log_start_offset, self.clock, last_offset,
+                               reload_from_clean_shutdown=False)
 
     # --- lifecycle ----------------------------------------------------------------------------------
 
@@ -1065,4 +1017,5 @@ __all__ = [
     "FetchIsolation",
     "Log",
     "LogAppendInfo",
+    "SegmentMap",
 ]
