@@ -37,7 +37,8 @@ _MAX_HOLDER_BYTES = 512
 
 def holder_identity() -> str:
     """One line naming this process: what a second writer will be told."""
-    command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv)) or "python"
+    argv = getattr(sys, "orig_argv", None) or sys.argv  # orig_argv keeps `python -m module`
+    command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(argv)) or "python"
     return f"pid {os.getpid()} on host {socket.gethostname()} (command: {command[:200]})"
 
 
@@ -51,18 +52,32 @@ def read_holder(lock_file: Path) -> str | None:
     return text or None
 
 
-def is_locked(lock_file: Path) -> bool:
-    """Whether some process holds a lock on `lock_file`, observed in /proc/locks without taking it
-    (even a shared probe lock would make a writer that starts at that instant fail). False when
-    it cannot be told (no /proc): this only serves error messages."""
+def locked_files() -> set[tuple[int, int]] | None:
+    """(device, inode) of every file some process holds a lock on, from /proc/locks: observed without
+    taking a lock (even a shared probe would make a writer that starts at that instant fail).
+    None when it cannot be told (no /proc); this only serves error messages."""
     try:
-        st = os.stat(lock_file)
         with open("/proc/locks", encoding="ascii", errors="replace") as f:
             table = f.read()
     except OSError:
+        return None
+    held = set()
+    for line in table.splitlines():
+        for field in line.split():
+            parts = field.split(":")
+            if len(parts) == 3:
+                with contextlib.suppress(ValueError):
+                    held.add((os.makedev(int(parts[0], 16), int(parts[1], 16)), int(parts[2])))
+                break
+    return held
+
+
+def _is_held(path: Path, held: set[tuple[int, int]]) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
         return False
-    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    return any(want in line.split() for line in table.splitlines())
+    return (st.st_dev, st.st_ino) in held
 
 
 class DirLock:
@@ -131,13 +146,14 @@ def locked_error(lock_file: Path, what: str) -> DirectoryLockedError:
     own = read_holder(lock_file)
     if own is not None:
         holders.append(own)
+    held = locked_files()
     try:
-        children = sorted(p for p in lock_file.parent.iterdir() if p.is_dir())
+        children = sorted(p for p in lock_file.parent.iterdir() if p.is_dir()) if held else []
     except OSError:
         children = []
     for child in children:
         child_lock = child / LOCK_FILE
-        if child_lock.exists() and is_locked(child_lock):
+        if _is_held(child_lock, held):
             holders.append(f"{read_holder(child_lock) or 'an unnamed process'} (a Log writing {child.name})")
     if holders:
         who = "; ".join(holders)
