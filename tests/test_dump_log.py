@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import struct
@@ -11,11 +12,15 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from kafkalite.records import RecordBatch
+from kafkalite.cli.dump_log import Dumper, bytes_from_json
+from kafkalite.records import RecordBatch, SimpleRecord, build_batch
 from kafkalite.storage import names
 from kafkalite.storage.segment import LogSegment
+from tests.brokerutil import BrokerProcess
 from tests.helpers import append_batch, batch_at
 
 
@@ -161,3 +166,71 @@ def test_index_sanity_check_mode(tmp_path):
     assert run_cli("--index-sanity-check", idx).returncode == 0
     idx.write_bytes(idx.read_bytes()[:-3])
     assert run_cli("--index-sanity-check", idx).returncode == 1
+
+
+# --- lossless --json ----------------------------------------------------------------------------------
+
+_bytes_or_none = st.none() | st.binary(max_size=64) | st.text(max_size=16).map(str.encode)
+
+
+@given(records=st.lists(st.tuples(_bytes_or_none, _bytes_or_none,
+                                  st.lists(st.tuples(st.text(max_size=8), _bytes_or_none), max_size=3)),
+                        min_size=1, max_size=5))
+def test_json_output_round_trips_any_bytes(tmp_path_factory, records):
+    directory = tmp_path_factory.mktemp("json")
+    seg = LogSegment.open(directory, 0)
+    batch = build_batch([SimpleRecord(k, v, 1000, headers=h) for k, v, h in records], base_offset=0)
+    seg.append(len(records) - 1, 1000, len(records) - 1, batch)
+    seg.close()
+    out = io.StringIO()
+    dumper = Dumper(out, deep=True, print_data=True, as_json=True, max_bytes=None)
+    dumper.dump(names.log_file(directory, 0))
+    assert dumper.problems == 0
+    got = []
+    for obj in map(json.loads, out.getvalue().splitlines()):
+        if obj["type"] == "record":
+            headers = [(h["key"], bytes_from_json(h, "value")) for h in obj["headers"]]
+            got.append((bytes_from_json(obj, "key"), bytes_from_json(obj, "payload"), headers))
+    assert got == [(k, v, list(h)) for k, v, h in records]
+
+
+def test_json_marks_binary_values_as_base64(tmp_path):
+    seg = LogSegment.open(tmp_path, 0)
+    seg.append(0, 1000, 0, build_batch([SimpleRecord(b"text", b"\xf1\xdf\x00", 1000, headers=[("h", b"\xff")])]))
+    seg.close()
+    out = run_cli("--print-data-log", "--json", names.log_file(tmp_path, 0))
+    record = next(o for o in map(json.loads, out.stdout.splitlines()) if o["type"] == "record")
+    assert record["key"] == "text" and "keyEncoding" not in record
+    assert record["payload"] == "8d8A" and record["payloadEncoding"] == "base64"
+    assert record["headers"] == [{"key": "h", "value": "/w==", "valueEncoding": "base64"}]
+    assert "base64" in subprocess.run([sys.executable, "-m", "kafkalite.cli.main", "dump-log", "--help"],
+                                      capture_output=True, text=True, timeout=60).stdout
+
+
+# --- a live broker's active segment -----------------------------------------------------------------
+
+
+def test_dump_a_live_broker_active_segment_index(tmp_path):
+    from tests.test_locks import create_topic, produce
+
+    broker = BrokerProcess(tmp_path / "data", {"num.partitions": 1, "log.index.interval.bytes": 256}).start()
+    try:
+        busy, quiet = create_topic(broker), create_topic(broker)
+        produce(broker, busy, [b"v-%04d" % i + b"x" * 100 for i in range(300)], {"batch.size": 2048})
+        produce(broker, quiet, [b"one small record"])  # an index with no entry at all: zeros only
+        for topic, some_entries in ((busy, True), (quiet, False)):
+            d = broker.data_dir / f"{topic}-0"
+            index, time_index = names.offset_index_file(d, 0), names.time_index_file(d, 0)
+            assert index.stat().st_size == 10 * 1024 * 1024  # preallocated, zero-filled after the entries
+            out = run_cli(index, time_index)
+            assert out.returncode == 0, out.stdout + out.stderr
+            assert "ERROR" not in out.stdout
+            entries = [line for line in out.stdout.splitlines() if line.startswith("offset:")]
+            time_entries = [line for line in out.stdout.splitlines() if line.startswith("timestamp:")]
+            assert bool(entries) == some_entries and bool(time_entries) == some_entries, out.stdout
+            assert "offset: 0 position: 0" not in out.stdout  # no phantom entry read from the zeros
+            verify = run_cli("--verify-index-only", index, time_index)
+            assert verify.returncode == 0 and "ERROR" not in verify.stdout, verify.stdout
+        assert broker.proc.poll() is None
+    finally:
+        assert broker.stop() == 0, broker.output()

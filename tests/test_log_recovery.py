@@ -159,7 +159,9 @@ def test_j10_crash_artefacts(tmp_path, env):
         lg.append_as_leader(single())
     lg.close()
     assert segment_bases(lg) == [0, 5, 10, 15]
-    values = [r.value for r in records_in(env.open(d, props, clean_shutdown=True))]
+    reopened = env.open(d, props, clean_shutdown=True)
+    values = [r.value for r in records_in(reopened)]
+    reopened.close_handlers()  # gone without a close, as in a crash (which also releases the lock)
     # a finished cleaner output replacing [5, 15) left as .swap, plus leftovers of every kind
     merged = names.log_file(d, 5).read_bytes() + names.log_file(d, 10).read_bytes()
     (d / (names.log_file(d, 5).name + ".swap")).write_bytes(merged)
@@ -200,6 +202,7 @@ def test_j13_empty_active_without_index(tmp_path, env):
     lg.roll()
     lg.flush()
     assert not names.offset_index_file(d, 100).exists()
+    lg.close_handlers()  # a crash: nothing trimmed or written, the lock released with the process
     lg = env.open(d, recovery_point=100)
     assert lg.leo == 100
     assert names.offset_index_file(d, 100).exists()

@@ -114,6 +114,16 @@ class LogError(KafkaliteError):
     """A log-level invariant is violated (KafkaException in Kafka)."""
 
 
+class DirectoryLockedError(LogError):
+    """A data or partition directory is held by another writer (its `.lock` is taken); carries the lock
+    file and what the holder wrote into it (pid, host, command), when it did."""
+
+    def __init__(self, message: str, lock_file: str, holder: str | None) -> None:
+        super().__init__(message)
+        self.lock_file = lock_file
+        self.holder = holder
+
+
 # --- producer state (idempotence and transactions) ---------------------------------------------
 
 

@@ -1,5 +1,8 @@
 """`kafkalite dump-log`: what kafka-dump-log.sh prints, for files written by Kafka or by us.
 
+It only reads (files are opened read-only; nothing is trimmed or created), so it is safe on a live
+broker's directory: an active index is preallocated and its zero-filled tail is not entries.
+
 It is a diagnostic tool, so it must survive any file: every problem is reported with the file,
 the byte position and the reason, and the dump goes on where the format allows it (a bad CRC or
 an undecodable batch does not stop the scan; a broken frame does, since nothing after it can be
@@ -8,6 +11,7 @@ framed). The exit status is 1 when anything was found wrong, so scripts can use 
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -19,6 +23,7 @@ from kafkalite.records.batch import RecordBatch
 from kafkalite.records.control import ControlRecordType, EndTransactionMarker, parse_control_type
 from kafkalite.storage import names
 from kafkalite.storage.file_records import FileRecords
+from kafkalite.storage.read_only import OFFSET_ENTRY, TIME_ENTRY, read_index_entries
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -27,6 +32,34 @@ def _text(b: bytes | None) -> str:
     if b is None:
         return "null"
     return b.decode("utf-8", errors="backslashreplace")
+
+
+JSON_BYTES_HELP = (
+    "In --json output, keys, payloads and header values are lossless: a JSON string when the bytes are "
+    "valid UTF-8, null when absent, and otherwise the bytes in base64 with a sibling field saying so "
+    '("key"/"keyEncoding", "payload"/"payloadEncoding", and per header {"key", "value", "valueEncoding"}, '
+    'the encoding being "base64"). Headers are a list, in record order, since keys may repeat.'
+)
+
+
+def json_bytes(name: str, b: bytes | None) -> dict[str, Any]:
+    """`{name: text}` for valid UTF-8, `{name: None}` for absent, else base64 marked by `<name>Encoding`."""
+    if b is None:
+        return {name: None}
+    try:
+        return {name: b.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {name: base64.b64encode(b).decode("ascii"), f"{name}Encoding": "base64"}
+
+
+def bytes_from_json(obj: dict[str, Any], name: str) -> bytes | None:
+    """The inverse of `json_bytes`: what a reader of --json output does to get the bytes back."""
+    value = obj[name]
+    if value is None:
+        return None
+    if obj.get(f"{name}Encoding") == "base64":
+        return base64.b64decode(value)
+    return value.encode("utf-8")
 
 
 class Dumper:
@@ -154,8 +187,9 @@ class Dumper:
             text += f" key: {_text(r.key)} payload: {_text(r.value)}"
             if r.headers:
                 text += " headers: " + ",".join(f"{k}:{_text(v)}" for k, v in r.headers)
-            fields.update(key=_text(r.key), payload=_text(r.value),
-                          headers={k: _text(v) for k, v in r.headers})
+            fields.update(json_bytes("key", r.key))
+            fields.update(json_bytes("payload", r.value))
+            fields["headers"] = [{"key": k, **json_bytes("value", v)} for k, v in r.headers]
         self.emit("record", text, file=str(path), **fields)
 
     # --- indexes ----------------------------------------------------------------------------------
@@ -176,62 +210,63 @@ class Dumper:
         from kafkalite.storage.offset_index import OffsetIndex
 
         base = _base_offset(path)
-        if path.stat().st_size % 8:
-            self.problem(path, None, f"index file size {path.stat().st_size} is not a multiple of 8")
-        index = OffsetIndex(path, base, max(path.stat().st_size, 8), writable=False)
-        try:
-            if sanity_only:
+        size = path.stat().st_size
+        if size % 8:
+            self.problem(path, None, f"index file size {size} is not a multiple of 8")
+        if sanity_only:
+            index = OffsetIndex(path, base, max(size, 8), writable=False)
+            try:
                 self._sanity(index, path)
-                return
-            by_last = self._log_batches_by_last_offset(path)
-            prev = None
-            for i in range(index.entries):
-                e = index.entry(i)
-                if e.offset == base and i > 0:
-                    break  # the zero-filled preallocated tail of an active index
-                if not verify_only:
-                    self.emit("index_entry", f"offset: {e.offset} position: {e.position}", file=str(path),
-                              offset=e.offset, position=e.position)
-                if prev is not None and e.offset <= prev:
-                    self.problem(path, i * 8, f"entry {i} offset {e.offset} does not increase (previous {prev})")
-                prev = e.offset
-                if by_last is not None and (e.offset not in by_last or by_last[e.offset][0] != e.position):
-                    found = by_last.get(e.offset)
-                    self.problem(path, i * 8, f"entry {i} ({e.offset} -> {e.position}) does not match the log "
-                                              f"(batch ending at {e.offset}: {found[0] if found else 'none'})")
-        finally:
-            index.close()
+            finally:
+                index.close()
+            return
+        # entries first, then the log: a live writer adds an entry only after its batch is written
+        entries = read_index_entries(path, OFFSET_ENTRY)
+        by_last = self._log_batches_by_last_offset(path)
+        prev = None
+        for i, (relative, position) in enumerate(entries.tolist()):
+            offset = base + relative
+            if not verify_only:
+                self.emit("index_entry", f"offset: {offset} position: {position}", file=str(path),
+                          offset=offset, position=position)
+            if prev is not None and offset <= prev:
+                self.problem(path, i * 8, f"entry {i} offset {offset} does not increase (previous {prev})")
+            prev = offset
+            if by_last is not None and (offset not in by_last or by_last[offset][0] != position):
+                found = by_last.get(offset)
+                self.problem(path, i * 8, f"entry {i} ({offset} -> {position}) does not match the log "
+                                          f"(batch ending at {offset}: {found[0] if found else 'none'})")
 
     def dump_time_index(self, path: Path, verify_only: bool, sanity_only: bool) -> None:
         from kafkalite.storage.time_index import TimeIndex
 
         base = _base_offset(path)
-        if path.stat().st_size % 12:
-            self.problem(path, None, f"time index file size {path.stat().st_size} is not a multiple of 12")
-        index = TimeIndex(path, base, max(path.stat().st_size, 12), writable=False)
-        try:
-            if sanity_only:
+        size = path.stat().st_size
+        if size % 12:
+            self.problem(path, None, f"time index file size {size} is not a multiple of 12")
+        if sanity_only:
+            index = TimeIndex(path, base, max(size, 12), writable=False)
+            try:
                 self._sanity(index, path)
-                return
-            by_last = self._log_batches_by_last_offset(path)
-            prev_ts = None
-            for i in range(index.entries):
-                e = index.entry(i)
-                if e.timestamp == 0 and e.offset == base and i > 0:
-                    break
-                if not verify_only:
-                    self.emit("timeindex_entry", f"timestamp: {e.timestamp} offset: {e.offset}", file=str(path),
-                              timestamp=e.timestamp, offset=e.offset)
-                if prev_ts is not None and e.timestamp < prev_ts:
-                    self.problem(path, i * 12, f"entry {i} timestamp {e.timestamp} is below the previous {prev_ts}")
-                prev_ts = e.timestamp
-                if by_last is not None:
-                    found = by_last.get(e.offset)
-                    if found is None or found[1] != e.timestamp:
-                        self.problem(path, i * 12, f"entry {i} ({e.timestamp} @ {e.offset}) does not match a batch "
-                                                   "of the log ending at that offset with that max timestamp")
-        finally:
-            index.close()
+            finally:
+                index.close()
+            return
+        entries = read_index_entries(path, TIME_ENTRY)
+        by_last = self._log_batches_by_last_offset(path)
+        prev_ts = None
+        for i, (timestamp, relative) in enumerate(entries.tolist()):
+            offset = base + relative
+            if not verify_only:
+                self.emit("timeindex_entry", f"timestamp: {timestamp} offset: {offset}", file=str(path),
+                          timestamp=timestamp, offset=offset)
+            if prev_ts is not None and timestamp < prev_ts:
+                self.problem(path, i * 12, f"entry {i} timestamp {timestamp} is below the previous {prev_ts}")
+            prev_ts = timestamp
+            if by_last is not None:
+                found = by_last.get(offset)
+                if found is None or found[1] != timestamp:
+                    self.problem(path, i * 12, f"entry {i} ({timestamp} @ {offset}) does not match a batch "
+                                               "of the log ending at that offset with that max timestamp")
 
     def _sanity(self, index: Any, path: Path) -> None:
         try:
@@ -324,5 +359,5 @@ def add_parser(sub: Any) -> None:
                                                                      "print only mismatches")
     p.add_argument("--index-sanity-check", action="store_true", help="only run the index sanity check")
     p.add_argument("--max-bytes", type=int, default=None, help="stop reading a .log after this many bytes")
-    p.add_argument("--json", action="store_true", help="one JSON object per line, for machines")
+    p.add_argument("--json", action="store_true", help="one JSON object per line, for machines. " + JSON_BYTES_HELP)
     p.set_defaults(func=run)

@@ -14,7 +14,6 @@ kafka-delete-logs.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import shutil
@@ -46,12 +45,12 @@ from kafkalite.storage.checkpoint import (
     write_clean_shutdown_marker,
     write_meta_properties,
 )
+from kafkalite.storage.dir_lock import DirLock
 from kafkalite.storage.log import Log
 from kafkalite.storage.log_config import LogConfig
 
 log = logging.getLogger("kafkalite.manager")
 
-LOCK_FILE = ".lock"
 LONG_MAX = (1 << 63) - 1
 TopicPartition = tuple[str, int]
 
@@ -115,13 +114,8 @@ class _DataDir:
     def __init__(self, path: Path, cfg: ManagerConfig) -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise LogError(f"failed to acquire lock on file .lock in {path}: another process is using this "
-                           "directory (stop it, or point log.dirs elsewhere)") from None
+        # exclusive, with this process named inside; the Logs of this dir are handed it as proof
+        self.lock = DirLock.acquire(path, exclusive=True, what="log dir")
         props = read_meta_properties(path)
         if props is None:
             props = kraft_meta_properties(cfg.node_id, cfg.cluster_id, uuid.uuid4())
@@ -139,10 +133,7 @@ class _DataDir:
         self.log_starts = OffsetCheckpointFile(path / LOG_START_OFFSET_CHECKPOINT_FILE)
 
     def release(self) -> None:
-        if self._lock_fd >= 0:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+        self.lock.release()
 
 
 class LogManager:
@@ -256,7 +247,7 @@ class LogManager:
         tp = (topic, partition)
         return Log(child, self._config_for(topic), log_start_offset=d.ls.get(tp, 0),
                    recovery_point=d.rp.get(tp, 0), clean_shutdown=d.had_clean_shutdown, scheduler=self.scheduler,
-                   clock=self.clock)
+                   clock=self.clock, dir_lock=d.lock)
 
     # --- lookups and lifecycle of logs --------------------------------------------------------------
 
@@ -288,7 +279,7 @@ class LogManager:
             d = self._next_dir()
             path = d.path / names.partition_dir_name(topic, partition)
             names.parse_topic_partition_name(path.name)  # refuses names Kafka could not read back
-            lg = Log(path, self._config_for(topic), scheduler=self.scheduler, clock=self.clock)
+            lg = Log(path, self._config_for(topic), scheduler=self.scheduler, clock=self.clock, dir_lock=d.lock)
             self.logs[tp] = lg
             self._log_dir_of[tp] = d
             log.info("Created log for partition %s-%d in %s", topic, partition, d.path)

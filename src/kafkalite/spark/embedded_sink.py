@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from kafkalite.errors import LogError
+from kafkalite.errors import DirectoryLockedError
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.spark.backend import StagedBatches, StagedFile, TopicPartition
 from kafkalite.spark.errors import SinkError
@@ -287,9 +287,7 @@ class EmbeddedSink:
         while True:
             try:
                 return LogManager(self.paths)
-            except LogError as exc:
-                if "failed to acquire lock" not in str(exc):
-                    raise
+            except DirectoryLockedError as exc:
                 if time.monotonic() >= deadline:
                     raise SinkError(f"{exc}. Waited {self.lock_timeout_ms} ms (option lockTimeoutMs); a running "
                                     "broker owns these dirs: write through it with kafka.bootstrap.servers") from None

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crc32c import crc32c
-from sortedcontainers import SortedDict
 
 from kafkalite.clock import SYSTEM_CLOCK, Clock
 from kafkalite.errors import (
@@ -57,12 +56,16 @@ from kafkalite.records.batch import (
 from kafkalite.scheduler import Scheduler
 from kafkalite.storage import names
 from kafkalite.storage.checkpoint import LEADER_EPOCH_CHECKPOINT_FILE, CheckpointError, LeaderEpochCheckpointFile
+from kafkalite.storage.dir_lock import DirLock
 from kafkalite.storage.file_records import TimestampAndOffset
 from kafkalite.storage.leader_epoch import LeaderEpochCache
 from kafkalite.storage.log_config import LogConfig
+from kafkalite.storage.log_loader import LogLoader, rebuild_producer_state
 from kafkalite.storage.metadata import FetchDataInfo, LogOffsetMetadata
 from kafkalite.storage.producer_state import AppendOrigin, ProducerStateManager
+from kafkalite.storage.read_only import load_read_only
 from kafkalite.storage.segment import LogSegment
+from kafkalite.storage.segment_map import SegmentMap
 
 log = logging.getLogger("kafkalite.log")
 
@@ -76,62 +79,18 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 
+# what a read-only Log refuses (LogError), by name
+_WRITE_METHODS = (
+    "append_as_leader", "append_as_follower", "roll", "flush", "truncate_to", "truncate_fully_and_start_at",
+    "delete_old_segments", "maybe_increment_log_start_offset", "maybe_assign_epoch_start_offset",
+    "replace_segments", "delete",
+)
+
 
 class FetchIsolation(enum.Enum):
     LOG_END = "log_end"
     HIGH_WATERMARK = "high_watermark"
     TXN_COMMITTED = "txn_committed"
-
-
-class SegmentMap(SortedDict):
-    """The log's segments by base offset, remembering the last one (the active segment).
-
-    Every append asks for the active segment, and `peekitem(-1)` costs about a microsecond; the
-    remembered one is dropped by any change to the map, whoever makes it (roll, truncation, the
-    loader, the cleaner's segment swaps), so it can never be stale.
-    """
-
-    _active: LogSegment | None = None
-
-    @property
-    def last_segment(self) -> LogSegment:
-        active = self._active
-        if active is None:
-            active = self._active = self.peekitem(-1)[1]
-        return active
-
-    def __setitem__(self, key, value) -> None:
-        self._active = None
-        super().__setitem__(key, value)
-
-    def __delitem__(self, key) -> None:
-        self._active = None
-        super().__delitem__(key)
-
-    def clear(self) -> None:
-        self._active = None
-        super().clear()
-
-    def pop(self, key, *default):
-        self._active = None
-        return super().pop(key, *default)
-
-    def popitem(self, index=-1):
-        self._active = None
-        return super().popitem(index)
-
-    def setdefault(self, key, default=None):
-        self._active = None
-        return super().setdefault(key, default)
-
-    def update(self, *args, **kwargs) -> None:
-        self._active = None
-        super().update(*args, **kwargs)
-
-    # SortedDict's own methods reach these through private aliases (`|=` and the constructor call
-    # `_update`; `update` calls `_setitem`), which would bypass the overrides above
-    _setitem = __setitem__
-    _update = update
 
 
 @dataclass(slots=True)
@@ -181,9 +140,16 @@ class Log:
         producer_id_expiration_ms: int = 86_400_000,
         high_watermark: int | None = None,
         progress: Callable[[int, int], None] | None = None,
+        read_only: bool = False,
+        dir_lock: DirLock | None = None,
     ) -> None:
-        from kafkalite.storage.log_loader import LogLoader
+        """Open (creating if needed) and recover a partition directory for writing, under its lock.
 
+        A standalone Log locks the directory it lives in (shared with other standalone Logs, not with
+        a LogManager) and its own partition directory (exclusively); a LogManager passes its held
+        data dir lock as `dir_lock` instead. `read_only=True` (see `open_read_only`) takes no lock and
+        changes nothing on disk.
+        """
         self.dir = Path(directory)
         self.topic, self.partition = names.parse_topic_partition_name(self.dir.name)
         self.update_config(config)
@@ -192,6 +158,59 @@ class Log:
         self._lock = threading.RLock()
         self._rng = random.Random()
         self.segments = SegmentMap()
+        self.read_only = read_only
+        self._closed = False
+        self.last_flush_time = clock.milliseconds()
+        self._dir_locks: list[DirLock] = []
+        if read_only:
+            if dir_lock is not None:
+                raise ValueError("a read-only Log takes no lock: do not pass dir_lock")
+            self._open_read_only(log_start_offset, high_watermark)
+            return
+        self._dir_locks = self._take_dir_locks(dir_lock)
+        try:
+            self._open_for_writing(log_start_offset, recovery_point, clean_shutdown, producer_id_expiration_ms,
+                                   high_watermark, progress)
+        except BaseException:
+            self._release_dir_locks()
+            raise
+
+    @classmethod
+    def open_read_only(cls, directory: Path | str, config: LogConfig | None = None, *, log_start_offset: int = 0,
+                       clock: Clock = SYSTEM_CLOCK) -> Log:
+        """A Log that only reads: safe on a directory a broker or another Log is writing.
+
+        It sees the log as it was when opened (segments, and batches up to the last whole valid one),
+        takes no lock, and never truncates, trims, renames, creates or deletes a file. Its high
+        watermark is its log end (a reader cannot know the writer's); read_committed reads are refused
+        (the last stable offset needs the writer's producer state); every write raises LogError.
+        """
+        return cls(directory, config or LogConfig(), log_start_offset=log_start_offset, clock=clock, read_only=True)
+
+    def _take_dir_locks(self, dir_lock: DirLock | None) -> list[DirLock]:
+        parent = self.dir.resolve().parent
+        if dir_lock is not None:
+            if not (dir_lock.held and dir_lock.exclusive and dir_lock.directory == parent):
+                raise ValueError(f"{dir_lock} does not hold {parent}, the log dir of {self.dir}")
+            return []  # the manager holds the whole data dir exclusively
+        parent.mkdir(parents=True, exist_ok=True)
+        shared = DirLock.acquire(parent, exclusive=False, what="log dir")
+        try:
+            self.dir.mkdir(exist_ok=True)
+            return [shared, DirLock.acquire(self.dir, exclusive=True, what="partition directory")]
+        except BaseException:
+            shared.release()
+            raise
+
+    def _release_dir_locks(self) -> None:
+        for held in reversed(self._dir_locks):
+            held.release()
+        self._dir_locks = []
+
+    def _open_for_writing(self, log_start_offset: int, recovery_point: int, clean_shutdown: bool,
+                          producer_id_expiration_ms: int, high_watermark: int | None,
+                          progress: Callable[[int, int], None] | None) -> None:
+        clock = self.clock
         self.dir.mkdir(parents=True, exist_ok=True)
         epoch_file = self.dir / LEADER_EPOCH_CHECKPOINT_FILE
         self.rebuild_epoch_cache = False
@@ -204,15 +223,38 @@ class Log:
             self.rebuild_epoch_cache = True
         self.producer_state = ProducerStateManager(self.dir, producer_id_expiration_ms=producer_id_expiration_ms,
                                                    clock=clock)
-        self.last_flush_time = clock.milliseconds()
-        self._closed = False
-        loaded = LogLoader(self, log_start_offset, recovery_point, clean_shutdown, progress).load()
+        loaded = LogLoader(
+            self.dir, self.config, new_segment=self._new_segment, leader_epoch_cache=self.leader_epoch_cache,
+            producer_state=self.producer_state, clock=clock, log_start_offset_checkpoint=log_start_offset,
+            recovery_point_checkpoint=recovery_point, clean_shutdown=clean_shutdown,
+            rebuild_epoch_cache=self.rebuild_epoch_cache, progress=progress).load()
+        self.segments = loaded.segments
         self.log_start_offset = loaded.log_start_offset
         self.recovery_point = loaded.recovery_point
         self._leo = loaded.next_offset_metadata
         self._hw = LogOffsetMetadata(self.log_start_offset)
         if high_watermark is not None:
             self.update_high_watermark(high_watermark)
+
+    def _open_read_only(self, log_start_offset: int, high_watermark: int | None) -> None:
+        self.segments, self._leo = load_read_only(self.dir, self.config.segment_index_bytes)
+        self.rebuild_epoch_cache = False
+        try:
+            self.leader_epoch_cache = LeaderEpochCache(LeaderEpochCheckpointFile(self.dir /
+                                                                                 LEADER_EPOCH_CHECKPOINT_FILE))
+        except CheckpointError as exc:
+            log.warning("%s: %s; reading without leader epochs", self.dir.name, exc)
+            self.leader_epoch_cache = LeaderEpochCache(None)
+        self.producer_state = None  # type: ignore[assignment]  # the writer's; not loaded (it writes snapshots)
+        self.log_start_offset = max(log_start_offset, self.segments.peekitem(0)[0])
+        self.recovery_point = self._leo.message_offset
+        self._hw = self._leo if high_watermark is None else LogOffsetMetadata(
+            max(self.log_start_offset, min(high_watermark, self._leo.message_offset)))
+        for name in _WRITE_METHODS:  # instance attributes: the write paths of writable logs pay nothing
+            setattr(self, name, self._refuse_write)
+
+    def _refuse_write(self, *_args: object, **_kwargs: object):
+        raise LogError(f"log {self.dir} is open read-only")
 
     def update_config(self, config: LogConfig) -> None:
         """Apply new topic configs (IncrementalAlterConfigs); new segments and appends use them."""
@@ -275,6 +317,8 @@ class Log:
 
     @property
     def last_stable_offset(self) -> int:
+        if self.read_only:
+            raise LogError(f"log {self.dir} is open read-only: its last stable offset is the writer's to know")
         with self._lock:  # the cleaner asks from its own thread while appends change producer state
             first_unstable = self.producer_state.first_unstable_offset()
             if first_unstable is not None and first_unstable < self.high_watermark:
@@ -670,6 +714,9 @@ class Log:
             elif isolation == FetchIsolation.HIGH_WATERMARK:
                 bound = self._fetch_high_watermark_metadata()
             else:
+                if self.read_only:
+                    raise LogError(f"log {self.dir} is open read-only: read_committed needs the writer's last "
+                                   "stable offset; read with FetchIsolation.LOG_END or HIGH_WATERMARK")
                 lso = self.last_stable_offset
                 bound = self._fetch_high_watermark_metadata() if lso == self.high_watermark else \
                     self._convert_to_offset_metadata(lso)
@@ -1003,9 +1050,8 @@ class Log:
             self._hw = self._leo
 
     def _rebuild_producer_state(self, last_offset: int) -> None:
-        from kafkalite.storage.log_loader import rebuild_producer_state
-
-        rebuild_producer_state(self, last_offset, reload_from_clean_shutdown=False)
+        rebuild_producer_state(self.producer_state, self.segments, self.log_start_offset, self.clock, last_offset,
+                               reload_from_clean_shutdown=False)
 
     # --- lifecycle ----------------------------------------------------------------------------------
 
@@ -1018,12 +1064,18 @@ class Log:
         with self._lock:
             if self._closed:
                 return
-            if flush:
-                self.flush(include_active=True)
-            self.producer_state.take_snapshot()
-            for seg in self.segments.values():
-                seg.close()
-            self._closed = True
+            if self.read_only:
+                self.close_handlers()
+                return
+            try:
+                if flush:
+                    self.flush(include_active=True)
+                self.producer_state.take_snapshot()
+                for seg in self.segments.values():
+                    seg.close()
+                self._closed = True
+            finally:
+                self._release_dir_locks()
 
     def close_handlers(self) -> None:
         """Release file handles without flushing or trimming (the directory is about to be renamed or is gone)."""
@@ -1031,6 +1083,7 @@ class Log:
             for seg in self.segments.values():
                 seg.close_handlers()
             self._closed = True
+            self._release_dir_locks()
 
     def delete(self) -> None:
         """Remove the whole partition directory."""
@@ -1065,4 +1118,5 @@ __all__ = [
     "FetchIsolation",
     "Log",
     "LogAppendInfo",
+    "SegmentMap",
 ]

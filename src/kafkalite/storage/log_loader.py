@@ -17,8 +17,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from kafkalite.clock import Clock
 from kafkalite.errors import (
     CorruptIndexError,
     IndexOffsetOverflowError,
@@ -27,11 +27,12 @@ from kafkalite.errors import (
 )
 from kafkalite.records.batch import CONTROL_FLAG_MASK, HEADER, RecordBatch
 from kafkalite.storage import names
+from kafkalite.storage.leader_epoch import LeaderEpochCache
+from kafkalite.storage.log_config import LogConfig
 from kafkalite.storage.metadata import LogOffsetMetadata
+from kafkalite.storage.producer_state import ProducerStateManager
 from kafkalite.storage.segment import LogSegment
-
-if TYPE_CHECKING:
-    from kafkalite.storage.log import Log
+from kafkalite.storage.segment_map import SegmentMap
 
 log = logging.getLogger("kafkalite.log")
 
@@ -40,7 +41,11 @@ PROGRESS_MIN_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
-class LoadedLogOffsets:
+class LoadedLog:
+    """What loading a partition directory found: the log is built from this, so the loader never
+    needs the log itself (and `storage.log` is the only module that knows both)."""
+
+    segments: SegmentMap
     log_start_offset: int
     recovery_point: int
     next_offset_metadata: LogOffsetMetadata
@@ -54,26 +59,47 @@ def _offset_of(path: Path) -> int | None:
 
 
 class LogLoader:
-    def __init__(self, the_log: Log, log_start_offset_checkpoint: int, recovery_point_checkpoint: int,
-                 clean_shutdown: bool, progress: Callable[[int, int], None] | None = None) -> None:
-        self.log = the_log
-        self.dir = the_log.dir
+    """Loads one partition directory into segments, using (and updating) the log's epoch cache and
+    producer state, which the caller creates and keeps."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        new_segment: Callable[..., LogSegment],
+        leader_epoch_cache: LeaderEpochCache,
+        producer_state: ProducerStateManager,
+        clock: Clock,
+        log_start_offset_checkpoint: int,
+        recovery_point_checkpoint: int,
+        clean_shutdown: bool,
+        rebuild_epoch_cache: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.dir = directory
+        self.config = config
+        self.new_segment = new_segment  # (base_offset, *, new_file=True) -> LogSegment, with the log's settings
+        self.leader_epoch_cache = leader_epoch_cache
+        self.producer_state = producer_state
+        self.clock = clock
         self.log_start_checkpoint = log_start_offset_checkpoint
         self.recovery_point_checkpoint = recovery_point_checkpoint
         self.clean_shutdown = clean_shutdown
+        self.rebuild_epoch_cache = rebuild_epoch_cache
         self.progress = progress
+        self.segments = SegmentMap()
+        self.log_start_offset = log_start_offset_checkpoint
 
     # --- entry point ----------------------------------------------------------------------------
 
-    def load(self) -> LoadedLogOffsets:
-        self.log.log_start_offset = self.log_start_checkpoint
+    def load(self) -> LoadedLog:
         swap_files = self._remove_temp_files_and_collect_swaps()
         self._complete_swaps(swap_files)
         self._load_segment_files()
-        the_log = self.log
         next_offset = self._last_next_offset() if self.clean_shutdown else self._recover_log()
-        segments = the_log.segments
-        if the_log.rebuild_epoch_cache:
+        segments = self.segments
+        if self.rebuild_epoch_cache:
             self._rebuild_epoch_cache()
         if segments and next_offset < self.log_start_checkpoint:
             log.warning("%s: every segment ends below the checkpointed log start offset %d; deleting them",
@@ -82,28 +108,33 @@ class LogLoader:
                 seg.close_handlers()
                 seg.delete_if_exists()
             segments.clear()
-            the_log.leader_epoch_cache.clear()
-            the_log.producer_state.truncate_fully_and_start_at(self.log_start_checkpoint)
+            self.leader_epoch_cache.clear()
+            self.producer_state.truncate_fully_and_start_at(self.log_start_checkpoint)
         if not segments:
             start = self.log_start_checkpoint
-            segments[start] = the_log._new_segment(start)
+            segments[start] = self.new_segment(start)
             next_offset = start
-        active = the_log.active_segment
-        active.offset_index.resize(the_log.config.segment_index_bytes)
-        active.time_index.resize(the_log.config.segment_index_bytes)
+        active = segments.last_segment
+        active.offset_index.resize(self.config.segment_index_bytes)
+        active.time_index.resize(self.config.segment_index_bytes)
         recovery_point = next_offset if self.clean_shutdown else min(self.recovery_point_checkpoint, next_offset)
-        the_log.leader_epoch_cache.truncate_from_end(next_offset)
+        self.leader_epoch_cache.truncate_from_end(next_offset)
         log_start = max(self.log_start_checkpoint, segments.peekitem(0)[0])
-        the_log.leader_epoch_cache.truncate_from_start(log_start)
-        the_log.log_start_offset = log_start
-        the_log._leo = LogOffsetMetadata(next_offset, active.base_offset, active.size)
-        rebuild_producer_state(the_log, next_offset, reload_from_clean_shutdown=self.clean_shutdown)
-        return LoadedLogOffsets(log_start, recovery_point, the_log._leo)
+        self.leader_epoch_cache.truncate_from_start(log_start)
+        self.log_start_offset = log_start
+        self._rebuild_producer_state(next_offset, reload_from_clean_shutdown=self.clean_shutdown)
+        return LoadedLog(segments, log_start, recovery_point,
+                         LogOffsetMetadata(next_offset, active.base_offset, active.size))
+
+    def _rebuild_producer_state(self, last_offset: int, *, reload_from_clean_shutdown: bool,
+                                snapshot: bool = True) -> None:
+        rebuild_producer_state(self.producer_state, self.segments, self.log_start_offset, self.clock, last_offset,
+                               reload_from_clean_shutdown=reload_from_clean_shutdown, snapshot=snapshot)
 
     def _rebuild_epoch_cache(self) -> None:
-        cache = self.log.leader_epoch_cache
+        cache = self.leader_epoch_cache
         try:
-            for segment in self.log.segments.values():
+            for segment in self.segments.values():
                 for h in segment.log.batch_headers(0):
                     latest = cache.latest_epoch
                     if h.partition_leader_epoch >= 0 and (latest is None or h.partition_leader_epoch > latest):
@@ -151,7 +182,7 @@ class LogLoader:
             for path in log_swaps:
                 base = _offset_of(path)
                 seg = LogSegment.open(self.dir, base, file_suffix=names.SWAP_SUFFIX,
-                                      max_index_size=self.log.config.segment_index_bytes)
+                                      max_index_size=self.config.segment_index_bytes)
                 bases.append(base)
                 next_offsets.append(_next_offset_by_scan(seg))
                 seg.close_handlers()
@@ -170,7 +201,6 @@ class LogLoader:
     # --- step 3: segments --------------------------------------------------------------------------
 
     def _load_segment_files(self) -> None:
-        the_log = self.log
         files = sorted(p for p in self.dir.iterdir() if p.is_file())
         logs = {p.name for p in files if p.name.endswith(names.LOG_SUFFIX)}
         for path in files:
@@ -182,7 +212,7 @@ class LogLoader:
         for name in sorted(logs):
             base = names.offset_from_file_name(name)
             time_index_existed = names.time_index_file(self.dir, base).exists()
-            segment = the_log._new_segment(base, new_file=False)
+            segment = self.new_segment(base, new_file=False)
             try:
                 segment.sanity_check(time_index_existed)
             except FileNotFoundError:
@@ -194,30 +224,28 @@ class LogLoader:
                 log.error("%s: found a corrupted index file of segment %d (%s); rebuilding it",
                           self.dir.name, base, exc)
                 self._recover_segment(segment)
-            the_log.segments[base] = segment
+            self.segments[base] = segment
 
     def _recover_segment(self, segment: LogSegment) -> int:
         """Recover one segment with producer state as of its base, as Kafka's recoverSegment does."""
-        the_log = self.log
-        rebuild_producer_state(the_log, segment.base_offset, reload_from_clean_shutdown=False, snapshot=False)
+        self._rebuild_producer_state(segment.base_offset, reload_from_clean_shutdown=False, snapshot=False)
         try:
-            truncated = segment.recover(the_log.producer_state, the_log.leader_epoch_cache)
+            truncated = segment.recover(self.producer_state, self.leader_epoch_cache)
         except (InvalidOffsetError, IndexOffsetOverflowError, OSError) as exc:
             log.warning("%s: could not recover segment %d (%s); emptying it", self.dir.name, segment.base_offset, exc)
             truncated = segment.log.size
             segment.truncate_to(segment.base_offset)
-        the_log.producer_state.take_snapshot()
+        self.producer_state.take_snapshot()
         return truncated
 
     # --- step 4: recovery ----------------------------------------------------------------------------
 
     def _last_next_offset(self) -> int:
-        segments = self.log.segments
-        return segments.peekitem(-1)[1].read_next_offset() if segments else self.log_start_checkpoint
+        segments = self.segments
+        return segments.last_segment.read_next_offset() if segments else self.log_start_checkpoint
 
     def _recover_log(self) -> int:
-        the_log = self.log
-        segments = the_log.segments
+        segments = self.segments
         if not segments:
             return self.log_start_checkpoint
         keys = list(segments.keys())
@@ -268,15 +296,13 @@ def _next_offset_by_scan(segment: LogSegment) -> int:
     return next_offset
 
 
-def rebuild_producer_state(the_log: Log, last_offset: int, *, reload_from_clean_shutdown: bool,
-                           snapshot: bool = True) -> None:
+def rebuild_producer_state(psm: ProducerStateManager, segments: SegmentMap, log_start_offset: int, clock: Clock,
+                           last_offset: int, *, reload_from_clean_shutdown: bool, snapshot: bool = True) -> None:
     """Bring producer state to `last_offset`: from the newest usable snapshot plus a replay of the log.
 
     After a clean shutdown with no snapshot at all (an old log), empty snapshots are written instead
     of replaying everything, as Kafka does.
     """
-    psm = the_log.producer_state
-    segments = the_log.segments
     bases = list(segments.keys())
     psm.remove_stray_snapshots(bases)
     if psm.latest_snapshot_offset is None and reload_from_clean_shutdown:
@@ -285,8 +311,8 @@ def rebuild_producer_state(the_log: Log, last_offset: int, *, reload_from_clean_
             psm.take_snapshot()
         psm.update_map_end_offset(last_offset)
         return
-    now = the_log.clock.milliseconds()
-    psm.truncate_and_reload(the_log.log_start_offset, last_offset, now)
+    now = clock.milliseconds()
+    psm.truncate_and_reload(log_start_offset, last_offset, now)
     start = psm.map_end_offset
     if start < last_offset:
         first = max(0, segments.bisect_right(start) - 1)
