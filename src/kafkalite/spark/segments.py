@@ -11,7 +11,6 @@ Offsets are found with the segment's indexes, read from their valid prefix only.
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from kafkalite.records.batch import HEADER, LOG_OVERHEAD, MAGIC_V2, PREFIX, RECO
 from kafkalite.spark.arrow_decode import RawChunk
 from kafkalite.storage import names
 from kafkalite.storage.file_records import FileRecords
+from kafkalite.storage.read_only import OFFSET_ENTRY, TIME_ENTRY, read_index_entries
 
 CHUNK_BYTES = 8 << 20  # a chunk this size stays in the last-level cache while it is checked, walked, decoded
 _SCAN_WINDOW = 256 << 10
@@ -71,58 +71,14 @@ def list_segments(partition_dir: Path) -> list[Segment]:
 # --- indexes -----------------------------------------------------------------------------------
 
 
-def _index_entries(path: Path, dtype: np.dtype) -> np.ndarray:
-    """The entries of an index file that a writer has filled in, as a structured array.
-
-    A live segment's index is preallocated: slots past the last entry are zeros. Entries strictly
-    increase, so the filled prefix ends at the first entry that does not increase, found by
-    bisection without touching the rest of the (possibly 10 MiB) file.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return np.empty(0, dtype=dtype)
-    try:
-        size = os.fstat(fd).st_size
-        count = size // dtype.itemsize
-        if count == 0:
-            return np.empty(0, dtype=dtype)
-        with mmap.mmap(fd, count * dtype.itemsize, access=mmap.ACCESS_READ) as mm:
-            entries = np.frombuffer(mm, dtype=dtype, count=count)
-            result = entries[: _filled_prefix(entries)].copy()
-            del entries  # the mapping cannot close while a view of it exists
-            return result
-    finally:
-        os.close(fd)
-
-
-def _filled_prefix(entries: np.ndarray) -> int:
-    """How many leading entries were written: they strictly increase in their first field, and the
-    zeros of unused slots do not (the first entry counts if it is not all zeros)."""
-    key, second = entries.dtype.names
-
-    def filled(i: int) -> bool:
-        if i == 0:
-            return bool(entries[0][second] > 0 or entries[0][key] > 0)
-        return bool(entries[i][key] > entries[i - 1][key])
-
-    lo, hi = 0, len(entries)  # invariant: entries[:lo] filled, entries[hi:] not
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if filled(mid):
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-_OFFSET_ENTRY = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
-_TIME_ENTRY = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
+# Index files are read (copied) rather than mapped: a broker may trim a live index on a segment roll
+# while a task reads it, and a truncated mapping kills the worker with SIGBUS, where a read just sees
+# the shorter file.
 
 
 def index_position(segment: Segment, offset: int) -> int:
     """A batch boundary at or before `offset` in the segment: where a scan for it may start."""
-    entries = _index_entries(segment.offset_index, _OFFSET_ENTRY)
+    entries = read_index_entries(segment.offset_index, OFFSET_ENTRY)
     relative = min(max(offset - segment.base_offset, -1), _INT32_MAX)
     slot = int(np.searchsorted(entries["relative_offset"], relative, side="right")) - 1
     return int(entries["position"][slot]) if slot >= 0 else 0
@@ -139,7 +95,7 @@ def time_index_offset(segment: Segment, timestamp: int) -> tuple[int, int]:
 
 
 def _time_entries(segment: Segment) -> np.ndarray:
-    return _index_entries(segment.time_index, _TIME_ENTRY)
+    return read_index_entries(segment.time_index, TIME_ENTRY)
 
 
 # --- scanning ------------------------------------------------------------------------------------
