@@ -15,11 +15,12 @@ from typing import Any
 
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import validate_topic_name
-from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
+from kafkalite.broker.replica_manager import MAX_PARTITIONS_PER_REQUEST, ReplicaManager, error_code_of
 from kafkalite.errors import (
     InvalidConfigError,
     InvalidRequestError,
     KafkaliteError,
+    PolicyViolationError,
     UnknownTopicOrPartitionError,
 )
 from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode, RequestHeader
@@ -309,6 +310,19 @@ class KafkaApis:
         requested = body.get("topics", [])
         names = [t["name"] for t in requested]
         results = []
+        # Kafka checks the whole request first (validateTotalNumberOfPartitions): too many partitions fail
+        # every topic of it with POLICY_VIOLATION, before anything is created.
+        total = 0
+        for t in requested:
+            n = len(t.get("assignments") or []) or t.get("num_partitions", -1)
+            total += self.config.get("num.partitions") if n == -1 else max(0, n)
+        try:
+            self.replicas.check_new_partitions(total)
+        except KafkaliteError as exc:
+            return {"throttle_time_ms": 0, "topics": [
+                {"name": t["name"], "topic_id": uuid.UUID(int=0), "error_code": error_code_of(exc),
+                 "error_message": str(exc), "num_partitions": -1, "replication_factor": -1, "configs": []}
+                for t in requested]}
         for t in requested:
             name = t["name"]
             res: dict[str, Any] = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": E.NONE,
@@ -346,7 +360,7 @@ class KafkaApis:
                     results.append(res)
                     continue
                 configs = {c["name"]: c["value"] for c in t.get("configs", []) if c.get("value") is not None}
-                info = self.replicas.create_topic(name, partitions, configs, validate_only)
+                info = await self.replicas.create_topic_async(name, partitions, configs, validate_only, checked=True)
                 res.update(topic_id=info.topic_id if not validate_only else uuid.UUID(int=0),
                            num_partitions=partitions, replication_factor=rf,
                            configs=[{k: c[k] for k in ("name", "value", "read_only", "config_source",
@@ -389,6 +403,16 @@ class KafkaApis:
 
     async def create_partitions(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
         results = []
+        store = self.replicas.metadata
+        total = sum(max(0, t["count"] - (store.topics[t["name"]].partitions if t["name"] in store.topics else 0))
+                    for t in body.get("topics", []))
+        if total > MAX_PARTITIONS_PER_REQUEST:  # each topic still checks the open-file limit for itself
+            exc = PolicyViolationError(f"Excessively large number of partitions per request: {total} new "
+                                       f"partitions requested, at most {MAX_PARTITIONS_PER_REQUEST} may be created "
+                                       "by one request (Kafka's limit); split it into several requests")
+            return {"throttle_time_ms": 0, "results": [
+                {"name": t["name"], "error_code": exc.error_code, "error_message": str(exc)}
+                for t in body.get("topics", [])]}
         for t in body.get("topics", []):
             res: dict[str, Any] = {"name": t["name"], "error_code": E.NONE, "error_message": None}
             try:
@@ -396,7 +420,7 @@ class KafkaApis:
                     if list(a.get("broker_ids", [])) != [self.node_id]:
                         raise InvalidRequestError(f"replica assignment {a.get('broker_ids')} names brokers other "
                                                   f"than the only one, {self.node_id}")
-                self.replicas.create_partitions(t["name"], t["count"], body.get("validate_only", False))
+                await self.replicas.create_partitions_async(t["name"], t["count"], body.get("validate_only", False))
             except KafkaliteError as exc:
                 res.update(error_code=error_code_of(exc), error_message=str(exc))
             results.append(res)

@@ -9,15 +9,19 @@ The producer-id allocator lives here too, because an id must never be handed out
 
 from __future__ import annotations
 
+import copy
+import errno
 import json
 import logging
+import os
 import re
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafkalite.errors import InvalidTopicError, KafkaliteError
+from kafkalite.errors import InvalidTopicError, KafkaliteError, KafkaStorageError
 from kafkalite.storage.checkpoint import (
     PARTITION_METADATA_FILE,
     atomic_write,
@@ -32,6 +36,19 @@ MAX_TOPIC_NAME_LENGTH = 249
 PRODUCER_ID_BLOCK = 1000
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+def halt_on_metadata_dir_failure(path: Path, exc: OSError) -> None:
+    """Kafka halts a broker whose metadata log dir fails: without its topic registry it can't go on safely.
+    The log line says which dir and what to do, because the process ends right after it."""
+    log.critical("The metadata dir %s failed (%s): the broker cannot record topic changes and halts, as Kafka "
+                 "does when its metadata log dir fails. Fix or replace the disk of %s (its %s must be readable "
+                 "and writable), then restart the broker", path.parent, exc, path.parent, METADATA_FILE)
+    for h in logging.getLogger().handlers + log.handlers:
+        h.flush()
+    os._exit(1)
 
 
 def validate_topic_name(name: str) -> None:
@@ -67,8 +84,10 @@ class TopicInfo:
 class MetadataStore:
     """The topic registry and producer-id allocator of one broker; every change is saved before it is used."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path,
+                 on_fatal: Callable[[Path, OSError], None] = halt_on_metadata_dir_failure) -> None:
         self.path = Path(directory) / METADATA_FILE
+        self.on_fatal = on_fatal
         self.topics: dict[str, TopicInfo] = {}
         self._next_producer_id = 0
         self._producer_id_limit = 0  # ids below this are reserved in the file
@@ -95,6 +114,31 @@ class MetadataStore:
                                  "from the partition directories, without their config overrides)") from None
 
     def _save(self) -> None:
+        """Write the file, or raise KafkaStorageError with the in-memory state left for the caller to undo.
+
+        A full disk is the operator's to fix and fails only the request; descriptor exhaustion likewise.
+        Any other I/O error means the metadata dir is lost: fatal (`on_fatal`), as in Kafka."""
+        try:
+            self._write()
+        except OSError as exc:
+            if exc.errno in DISK_FULL_ERRNOS:
+                raise KafkaStorageError(f"cannot write {self.path}: the disk of the metadata dir {self.path.parent} "
+                                        f"is full ({exc.strerror}); free space there and retry") from exc
+            if exc.errno in DESCRIPTOR_ERRNOS:
+                raise KafkaStorageError(f"cannot write {self.path}: the broker is out of file descriptors "
+                                        f"({exc.strerror}); raise its open file limit (ulimit -n)") from exc
+            self.on_fatal(self.path, exc)
+            raise KafkaStorageError(f"the metadata dir {self.path.parent} failed: {exc}") from exc
+
+    def _changed(self, undo: Callable[[], None]) -> None:
+        """Save after an in-memory change; if the save fails, `undo` puts memory back as the file still is."""
+        try:
+            self._save()
+        except BaseException:
+            undo()
+            raise
+
+    def _write(self) -> None:
         doc = {
             "version": 1,
             "topics": [{"name": t.name, "id": str(t.topic_id), "partitions": t.partitions, "configs": t.configs}
@@ -123,30 +167,35 @@ class MetadataStore:
         with self._lock:
             info = TopicInfo(name, topic_id or uuid.uuid4(), partitions, dict(configs))
             self.topics[name] = info
-            self._save()
+            self._changed(lambda: self.topics.pop(name, None))
             return info
 
     def remove(self, name: str) -> TopicInfo | None:
         with self._lock:
             info = self.topics.pop(name, None)
             if info is not None:
-                self._save()
+                self._changed(lambda: self.topics.__setitem__(name, info))
             return info
 
     def set_partitions(self, name: str, partitions: int) -> None:
         with self._lock:
-            self.topics[name].partitions = partitions
-            self._save()
+            info = self.topics[name]
+            old = info.partitions
+            info.partitions = partitions
+            self._changed(lambda: setattr(info, "partitions", old))
 
     def set_configs(self, name: str, configs: dict[str, str]) -> None:
         with self._lock:
-            self.topics[name].configs = dict(configs)
-            self._save()
+            info = self.topics[name]
+            old = info.configs
+            info.configs = dict(configs)
+            self._changed(lambda: setattr(info, "configs", old))
 
     def adopt(self, partitions_on_disk: dict[str, list[tuple[int, Path]]]) -> list[str]:
         """Register topics found on disk but unknown here (a data dir from another writer); returns them."""
         adopted = []
         with self._lock:
+            before = copy.deepcopy(self.topics)
             for name, parts in sorted(partitions_on_disk.items()):
                 count = max(p for p, _ in parts) + 1
                 known = self.topics.get(name)
@@ -163,7 +212,7 @@ class MetadataStore:
                 self.topics[name] = TopicInfo(name, topic_id or uuid.uuid4(), count, {})
                 adopted.append(name)
             if adopted:
-                self._save()
+                self._changed(lambda: setattr(self, "topics", before))
         return adopted
 
     # --- producer ids ------------------------------------------------------------------------------
@@ -172,8 +221,9 @@ class MetadataStore:
         """A producer id never handed out before, even across restarts (blocks reserved in the file first)."""
         with self._lock:
             if self._next_producer_id >= self._producer_id_limit:
+                old = self._producer_id_limit
                 self._producer_id_limit = self._next_producer_id + PRODUCER_ID_BLOCK
-                self._save()
+                self._changed(lambda: setattr(self, "_producer_id_limit", old))
             pid = self._next_producer_id
             self._next_producer_id += 1
             return pid

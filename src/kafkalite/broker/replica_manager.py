@@ -7,7 +7,8 @@ maybeIncrementLeaderHW with ISR = {leader}); acks=all therefore completes with t
 replication layer will replace exactly these decisions.
 
 Everything here runs on the broker's event loop; Log calls are short (page-cache writes and index
-lookups), as in Kafka's request handler threads.
+lookups), as in Kafka's request handler threads. The exception is creating partitions (a few ms each, so
+thousands would stall every client): that runs in chunks on a worker thread.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,11 +36,18 @@ from kafkalite.errors import (
     KafkaliteError,
     KafkaStorageError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     TopicAlreadyExistsError,
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
-from kafkalite.manager.log_manager import LogManager
+from kafkalite.manager.log_manager import (
+    FDS_PER_PARTITION,
+    LogManager,
+    descriptor_advice,
+    is_descriptor_exhaustion,
+    open_descriptors,
+)
 from kafkalite.protocol import FileRegion
 from kafkalite.records.batch import iter_batches
 from kafkalite.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
@@ -55,6 +64,13 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 UNKNOWN_ERROR = -1
+# Kafka refuses a CreateTopics/CreatePartitions that would create more than this many partitions
+# (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH, POLICY_VIOLATION): one request must not be able to
+# monopolise the broker.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+CREATE_CHUNK = 100  # partitions per step of a creation, between which a deletion of the topic is seen
+CREATE_THREADS = 4  # threads creating one chunk: a new log is mostly fsync waits, which overlap
+DESCRIPTOR_HEADROOM = 128  # descriptors kept free for connections, segment rolls and checkpoint files
 
 
 def error_code_of(exc: BaseException) -> int:
@@ -100,6 +116,9 @@ class ReplicaManager:
         self.node_id = config.node_id
         self.purgatory = Purgatory()
         self.append_listeners: list[Callable[[str, int], None]] = []
+        self._creating: set[str] = set()  # topics whose partitions a CreateTopics/CreatePartitions is making
+        self._reserved_partitions = 0  # partitions those requests will still open files for
+        self._creator: ThreadPoolExecutor | None = None
 
     # --- partitions and topics --------------------------------------------------------------------
 
@@ -128,15 +147,39 @@ class ReplicaManager:
         # maybeIncrementLeaderHW over an ISR of one).
         lg.update_high_watermark(lg.log_end_offset)
 
-    def _ensure_partitions(self, info: TopicInfo) -> None:
+    def _ensure_partitions(self, info: TopicInfo, partitions: range | None = None) -> None:
+        """Create what is missing of `partitions` (all by default); at start-up this finishes a creation
+        that a crash cut off, since the metadata is always written before the partition dirs."""
         overrides = info.configs or None
-        for p in range(info.partitions):
-            if self.logs.get_log(info.name, p) is None and not self.logs.is_offline(info.name, p):
-                lg = self.logs.get_or_create_log(info.name, p, overrides)
-                self._become_leader(lg)
-            lg = self.logs.get_log(info.name, p)
-            if lg is not None:
-                write_partition_topic_id(lg.dir, info.topic_id)
+        for p in partitions if partitions is not None else range(info.partitions):
+            try:
+                if self.logs.get_log(info.name, p) is None and not self.logs.is_offline(info.name, p):
+                    lg = self.logs.get_or_create_log(info.name, p, overrides)
+                    self._become_leader(lg)
+                lg = self.logs.get_log(info.name, p)
+                if lg is not None:
+                    write_partition_topic_id(lg.dir, info.topic_id)
+            except OSError as exc:
+                raise self._io_failed(info.name, p, exc) from exc
+
+    def check_new_partitions(self, count: int) -> None:
+        """Refuse, before anything is written, a request that would create more partitions than Kafka allows
+        in one request or than the broker's open-file limit can keep open (POLICY_VIOLATION)."""
+        if count > MAX_PARTITIONS_PER_REQUEST:
+            raise PolicyViolationError(f"Excessively large number of partitions per request: {count} requested, "
+                                       f"at most {MAX_PARTITIONS_PER_REQUEST} may be created by one request "
+                                       "(Kafka's limit); split it into several requests")
+        used, limit = open_descriptors()
+        need = (self._reserved_partitions + count) * FDS_PER_PARTITION
+        if used + need + DESCRIPTOR_HEADROOM > limit:
+            pending = self._reserved_partitions
+            also = f"; {pending} partitions of other requests are still being created" if pending else ""
+            raise PolicyViolationError(
+                f"Creating {count} partitions needs about {count * FDS_PER_PARTITION} more open files, but the "
+                f"broker has {used} open of its limit of {limit} (RLIMIT_NOFILE; {DESCRIPTOR_HEADROOM} are kept "
+                f"for connections{also}): "
+                "raise the broker's open file limit (ulimit -n, or LimitNOFILE= for systemd) and restart it, "
+                "or create fewer partitions")
 
     def validate_topic_configs(self, configs: dict[str, str]) -> LogConfig:
         try:
@@ -146,36 +189,120 @@ class ReplicaManager:
         except (ValueError, TypeError) as exc:
             raise InvalidConfigError(str(exc)) from None
 
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str], validate_only: bool = False
-                     ) -> TopicInfo:
+    def _check_new_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
         if name in self.metadata.topics:
             raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+        if name in self._creating:
+            raise TopicAlreadyExistsError(f"Topic '{name}' is still being created or removed; retry later.")
         self.metadata.check_new_name(name)
         if partitions <= 0:
             raise InvalidPartitionsError("Number of partitions must be larger than 0.")
         self.validate_topic_configs(configs)
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str], validate_only: bool = False
+                     ) -> TopicInfo:
+        """Create a topic on the calling thread: for the few partitions of auto-creation; CreateTopics uses
+        `create_topic_async`, which keeps the event loop serving while thousands are made."""
+        self._check_new_topic(name, partitions, configs)
+        self.check_new_partitions(partitions)
         if validate_only:
             return TopicInfo(name, uuid.uuid4(), partitions, configs)
         info = self.metadata.add(name, partitions, configs)
         if configs:
             self.logs.update_topic_config(name, configs)
-        self._ensure_partitions(info)
+        try:
+            self._ensure_partitions(info)
+        except KafkaliteError:
+            self._undo_new_partitions(info, range(partitions), drop_topic=True)
+            raise
         log.info("Created topic %s with %d partition(s)%s", name, partitions,
                  f" and configs {configs}" if configs else "")
         return info
 
-    def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+    async def create_topic_async(self, name: str, partitions: int, configs: dict[str, str],
+                                 validate_only: bool = False, *, checked: bool = False) -> TopicInfo:
+        """CreateTopics: metadata first (so a crash is finished at the next start), then the partition dirs
+        in chunks on a worker thread; a failure removes what was made. `checked`: the caller already ran
+        check_new_partitions for the whole request."""
+        self._check_new_topic(name, partitions, configs)
+        if not checked:
+            self.check_new_partitions(partitions)
+        if validate_only:
+            return TopicInfo(name, uuid.uuid4(), partitions, configs)
+        info = self.metadata.add(name, partitions, configs)
+        if configs:
+            self.logs.update_topic_config(name, configs)
+        started = time.perf_counter()
+        await self._create_in_chunks(info, range(partitions), drop_topic=True)
+        log.info("Created topic %s with %d partition(s)%s in %.0f ms", name, partitions,
+                 f" and configs {configs}" if configs else "", (time.perf_counter() - started) * 1000)
+        return info
+
+    async def _create_in_chunks(self, info: TopicInfo, partitions: range, *, drop_topic: bool) -> None:
+        """Chunks of CREATE_CHUNK partitions, each split over CREATE_THREADS worker threads: a new log
+        costs a few fsyncs, which overlap across threads while the event loop keeps serving."""
+        loop = asyncio.get_running_loop()
+        if self._creator is None:
+            self._creator = ThreadPoolExecutor(CREATE_THREADS, thread_name_prefix="partition-creation")
+        self._creating.add(info.name)
+        self._reserved_partitions += len(partitions)
+        try:
+            for lo in range(partitions.start, partitions.stop, CREATE_CHUNK):
+                chunk = range(lo, min(lo + CREATE_CHUNK, partitions.stop))
+                if self.metadata.get(info.name) is not info:
+                    raise UnknownTopicOrPartitionError(f"Topic '{info.name}' was deleted while its partitions "
+                                                       "were being created")
+                parts = [chunk[i::CREATE_THREADS] for i in range(CREATE_THREADS) if chunk[i::CREATE_THREADS]]
+                outcomes = await asyncio.gather(
+                    *(loop.run_in_executor(self._creator, self._ensure_partitions, info, part) for part in parts),
+                    return_exceptions=True)
+                failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
+                if failed is not None:
+                    self._undo_new_partitions(info, partitions, drop_topic=drop_topic)
+                    raise failed
+                if self.metadata.get(info.name) is not info:  # deleted meanwhile: drop what this chunk made
+                    for p in chunk:
+                        self.logs.delete_log(info.name, p)
+                    raise UnknownTopicOrPartitionError(f"Topic '{info.name}' was deleted while its partitions "
+                                                       "were being created")
+        finally:
+            self._creating.discard(info.name)
+            self._reserved_partitions -= len(partitions)
+
+    def _undo_new_partitions(self, info: TopicInfo, partitions: range, *, drop_topic: bool) -> None:
+        """A creation failed part-way: remove its partitions (and the topic, when it was new) so the topic
+        is as before the request; logged, since a second failure here leaves it for the next start-up."""
+        try:
+            if self.metadata.get(info.name) is info:
+                if drop_topic:
+                    self.metadata.remove(info.name)
+                else:
+                    self.metadata.set_partitions(info.name, partitions.start)
+            for p in partitions:
+                self.logs.delete_log(info.name, p)
+                self.purgatory.wake((info.name, p))
+            log.warning("Removed the partitions %d..%d of %s after its creation failed", partitions.start,
+                        partitions.stop - 1, info.name)
+        except (OSError, KafkaliteError) as exc:
+            log.error("Could not remove the partly created partitions of %s (%s); the next start-up completes "
+                      "them", info.name, exc)
+
+    async def create_partitions_async(self, name: str, count: int, validate_only: bool = False) -> None:
         info = self.metadata.get(name)
         if info is None:
             raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
+        if name in self._creating:
+            raise InvalidPartitionsError(f"Topic '{name}' is still being created; retry later.")
         if count <= info.partitions:
             raise InvalidPartitionsError(f"Topic currently has {info.partitions} partitions, which is higher than "
                                          f"or equal to the requested {count}.")
+        old = info.partitions
+        self.check_new_partitions(count - old)
         if validate_only:
             return
         self.metadata.set_partitions(name, count)
-        self._ensure_partitions(info)
-        log.info("Increased the partitions of %s to %d", name, count)
+        await self._create_in_chunks(info, range(old, count), drop_topic=False)
+        log.info("Increased the partitions of %s from %d to %d", name, old, count)
 
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.metadata.get(name)
@@ -206,6 +333,9 @@ class ReplicaManager:
         if lg is not None:
             return lg
         info = self.metadata.get(topic)
+        if info is not None and self.logs.awaiting_reopen(topic, partition):
+            raise KafkaStorageError(f"{topic}-{partition} could not be reopened: the broker is out of file "
+                                    "descriptors; raise its open file limit (ulimit -n)")
         if info is not None and 0 <= partition < info.partitions and self.logs.is_offline(topic, partition):
             raise KafkaStorageError(f"the log dir of {topic}-{partition} is offline")
         raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {topic}-{partition}")
@@ -226,8 +356,10 @@ class ReplicaManager:
             raise UnknownLeaderEpochError(f"leader epoch {current_leader_epoch} is newer than {ours}")
 
     def _io_failed(self, topic: str, partition: int, exc: OSError) -> KafkaStorageError:
-        self.logs.handle_log_dir_failure(topic, partition, exc)
+        self.logs.handle_log_dir_failure(topic, partition, exc)  # not for descriptor exhaustion: see there
         self.purgatory.wake((topic, partition))
+        if is_descriptor_exhaustion(exc):
+            return KafkaStorageError(f"{topic}-{partition}: {descriptor_advice(exc)}")
         return KafkaStorageError(f"I/O error on {topic}-{partition}: {exc}")
 
     # --- produce ----------------------------------------------------------------------------------

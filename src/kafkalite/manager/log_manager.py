@@ -14,6 +14,7 @@ kafka-delete-logs.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -53,6 +54,34 @@ log = logging.getLogger("kafkalite.manager")
 
 LONG_MAX = (1 << 63) - 1
 TopicPartition = tuple[str, int]
+# EMFILE/ENFILE say the process (or system) ran out of descriptors, not that a disk failed: taking a dir
+# offline for them would turn a too-low `ulimit -n` into lost partitions.
+DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+# What one new partition keeps open: its active segment's .log, .index and .timeindex (an upper bound:
+# index files that are only mapped hold none).
+FDS_PER_PARTITION = 3
+REOPEN_HEADROOM = 64  # free descriptors needed before a set-aside log is reopened (and recovered)
+
+
+def is_descriptor_exhaustion(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in DESCRIPTOR_ERRNOS
+
+
+def descriptor_advice(exc: BaseException) -> str:
+    return (f"the broker ran out of file descriptors ({exc}); every partition keeps about {FDS_PER_PARTITION} "
+            "files open: raise the open file limit (ulimit -n, or LimitNOFILE= for systemd) and restart")
+
+
+def open_descriptors() -> tuple[int, int]:
+    """(descriptors open now, soft RLIMIT_NOFILE): what partition creation checks before it starts."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:  # no procfs: count by probing is too slow; assume nothing open beyond stdio
+        used = 3
+    return used, (LONG_MAX if soft == resource.RLIM_INFINITY else soft)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +191,10 @@ class LogManager:
         self.logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, _DataDir] = {}
         self.logs_to_delete: list[tuple[Path, int]] = []  # (dir renamed -delete, when it may be removed)
+        # logs closed after running out of descriptors mid-operation, reopened from disk at their next use:
+        # (data dir, log start offset, recovery point, high watermark) as they were
+        self._set_aside: dict[TopicPartition, tuple[_DataDir, int, int, int]] = {}
+        self._pending: dict[TopicPartition, threading.Event] = {}  # partitions being created, outside the lock
         self.dirs: list[_DataDir] = []
         self.cleaner: LogCleaner | None = None
         raise_open_file_limit()
@@ -211,6 +244,12 @@ class LogManager:
                     continue
                 jobs.append((d, child))
         total = len(jobs)
+        used, limit = open_descriptors()
+        if used + total * FDS_PER_PARTITION > limit:
+            # Checked before loading: a recovery that runs out of descriptors half-way must not happen.
+            raise LogError(f"{total} partition directories need about {total * FDS_PER_PARTITION} open files, but "
+                           f"the open file limit (RLIMIT_NOFILE) is {limit} with {used} in use: raise it "
+                           "(ulimit -n, or LimitNOFILE= for systemd) and start again")
         done = 0
         bar = None
         if total >= 50:
@@ -220,10 +259,15 @@ class LogManager:
         workers = max(1, self.config.num_recovery_threads_per_data_dir * len(self.dirs))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-recovery") as pool:
             futures = [(d, child, pool.submit(self._load_log, d, child)) for d, child in jobs]
-            for d, _child, fut in futures:
+            for d, child, fut in futures:
                 try:
                     lg = fut.result()
                 except OSError as exc:
+                    if is_descriptor_exhaustion(exc):
+                        for _d, _c, f in futures:
+                            f.cancel()
+                        raise LogError(f"cannot load {child}: {descriptor_advice(exc)} ({total} partition "
+                                       f"directories need about {total * FDS_PER_PARTITION})") from exc
                     self._mark_offline(d, exc)
                     continue
                 tp = (lg.topic, lg.partition)
@@ -252,7 +296,46 @@ class LogManager:
     # --- lookups and lifecycle of logs --------------------------------------------------------------
 
     def get_log(self, topic: str, partition: int) -> Log | None:
-        return self.logs.get((topic, partition))
+        lg = self.logs.get((topic, partition))
+        if lg is None and self._set_aside:
+            lg = self._reopen((topic, partition))
+        return lg
+
+    def awaiting_reopen(self, topic: str, partition: int) -> bool:
+        return (topic, partition) in self._set_aside
+
+    def _set_aside_log(self, tp: TopicPartition, d: _DataDir, exc: BaseException) -> None:
+        """An append or read that ran out of descriptors may have left the log's memory out of step with its
+        files (bytes written, index not): close it, which frees its descriptors too, and reopen it from disk,
+        with recovery, at its next use. Its dir stays online: this is no disk failure."""
+        lg = self.logs.pop(tp)
+        self._log_dir_of.pop(tp)
+        self._set_aside[tp] = (d, lg.log_start_offset, lg.recovery_point, lg.high_watermark)
+        lg.close_handlers()
+        log.error("Closed %s-%d: %s; it is reopened from disk at its next use", tp[0], tp[1], descriptor_advice(exc))
+
+    def _reopen(self, tp: TopicPartition) -> Log | None:
+        with self._lock:
+            entry = self._set_aside.get(tp)
+            if entry is None:
+                return self.logs.get(tp)
+            d, start, recovery_point, hw = entry
+            used, limit = open_descriptors()
+            if used + REOPEN_HEADROOM > limit:  # recovery that runs out of descriptors would empty segments
+                return None
+            try:
+                lg = Log(d.path / names.partition_dir_name(*tp), self._config_for(tp[0]), log_start_offset=start,
+                         recovery_point=recovery_point, clean_shutdown=False, scheduler=self.scheduler,
+                         clock=self.clock, high_watermark=hw)
+            except OSError as exc:
+                if not is_descriptor_exhaustion(exc):
+                    self._mark_offline(d, exc)
+                return None
+            del self._set_aside[tp]
+            self.logs[tp] = lg
+            self._log_dir_of[tp] = d
+            log.info("Reopened %s-%d from %s (log end offset %d)", tp[0], tp[1], d.path, lg.log_end_offset)
+            return lg
 
     def all_logs(self) -> list[Log]:
         return list(self.logs.values())
@@ -268,22 +351,49 @@ class LogManager:
         return min(online, key=lambda d: counts[id(d)])
 
     def get_or_create_log(self, topic: str, partition: int, config: Mapping[str, object] | None = None) -> Log:
-        """The log of a partition, created in the data dir holding the fewest partitions."""
-        with self._lock:
-            tp = (topic, partition)
-            existing = self.logs.get(tp)
-            if existing is not None:
-                return existing
-            if config:
-                self.topic_configs[topic] = dict(config)
-            d = self._next_dir()
-            path = d.path / names.partition_dir_name(topic, partition)
-            names.parse_topic_partition_name(path.name)  # refuses names Kafka could not read back
-            lg = Log(path, self._config_for(topic), scheduler=self.scheduler, clock=self.clock, dir_lock=d.lock)
-            self.logs[tp] = lg
-            self._log_dir_of[tp] = d
-            log.info("Created log for partition %s-%d in %s", topic, partition, d.path)
-            return lg
+        """The log of a partition, created in the data dir holding the fewest partitions.
+
+        The files are made outside the manager's lock (a new log costs a few fsyncs), so several threads
+        can create partitions at once; a second caller for the same partition waits for the first."""
+        tp = (topic, partition)
+        while True:
+            with self._lock:
+                existing = self.logs.get(tp)
+                if existing is not None:
+                    return existing
+                busy = self._pending.get(tp)
+                if busy is None:
+                    if config:
+                        self.topic_configs[topic] = dict(config)
+                    d = self._next_dir()
+                    path = d.path / names.partition_dir_name(topic, partition)
+                    names.parse_topic_partition_name(path.name)  # refuses names Kafka could not read back
+                    self._pending[tp] = threading.Event()
+                    break
+            busy.wait()
+        try:
+            existed = path.exists()
+            try:
+                lg = Log(path, self._config_for(topic), scheduler=self.scheduler, clock=self.clock,
+                         dir_lock=d.lock)
+            except OSError as exc:
+                if not existed:  # a half-made new dir would hold nothing but stop the next start-up
+                    shutil.rmtree(path, ignore_errors=True)
+                if is_descriptor_exhaustion(exc):
+                    raise KafkaStorageError(f"cannot create {topic}-{partition}: {descriptor_advice(exc)}") from exc
+                self._mark_offline(d, exc)
+                raise KafkaStorageError(f"cannot create {topic}-{partition} in {d.path}: {exc}") from exc
+            with self._lock:
+                if d.offline:  # failed while this log was being made
+                    lg.close_handlers()
+                    raise KafkaStorageError(f"cannot create {topic}-{partition}: {d.path} went offline")
+                self.logs[tp] = lg
+                self._log_dir_of[tp] = d
+        finally:
+            with self._lock:
+                self._pending.pop(tp).set()
+        log.info("Created log for partition %s-%d in %s", topic, partition, d.path)
+        return lg
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Rename the partition dir to `<tp>.<uuid>-delete`; the kafka-delete-logs task removes it later."""
@@ -388,7 +498,8 @@ class LogManager:
     def _checkpoint_dir(self, d: _DataDir, recovery: bool = True, log_start: bool = True) -> None:
         if d.offline:
             return
-        logs = {tp: lg for tp, lg in self.logs.items() if self._log_dir_of.get(tp) is d}
+        # a snapshot: partitions are created on other threads while checkpoints are written
+        logs = {tp: lg for tp, lg in list(self.logs.items()) if self._log_dir_of.get(tp) is d}
         try:
             if recovery:
                 d.recovery_points.write({tp: lg.recovery_point for tp, lg in logs.items()})
@@ -417,7 +528,12 @@ class LogManager:
         partitions answer KAFKA_STORAGE_ERROR; other dirs go on; nothing more is written there."""
         if d.offline:
             return
+        if is_descriptor_exhaustion(exc):
+            log.error("Keeping log dir %s online: %s", d.path, descriptor_advice(exc))
+            return
         d.offline = True
+        for tp in [tp for tp, entry in self._set_aside.items() if entry[0] is d]:
+            del self._set_aside[tp]
         if self.cleaner is not None:
             self.cleaner.handle_log_dir_failure(d.path)
         log.error("Log dir %s is offline after an I/O error (%s); its partitions are unavailable until the "
@@ -428,14 +544,21 @@ class LogManager:
             lg.close_handlers()
 
     def handle_log_dir_failure(self, topic: str, partition: int, exc: BaseException) -> None:
-        """A caller (the broker) hit an I/O error on this partition's files: its whole dir goes offline."""
+        """A caller (the broker) hit an I/O error on this partition's files: its whole dir goes offline;
+        out of descriptors, only this log is closed and reopened at its next use."""
         with self._lock:
-            d = self._log_dir_of.get((topic, partition))
-            if d is not None:
+            tp = (topic, partition)
+            d = self._log_dir_of.get(tp)
+            if d is None:
+                return
+            if is_descriptor_exhaustion(exc):
+                self._set_aside_log(tp, d, exc)
+            else:
                 self._mark_offline(d, exc)
 
     def is_offline(self, topic: str, partition: int) -> bool:
-        return (topic, partition) not in self.logs and any(d.offline for d in self.dirs)
+        tp = (topic, partition)
+        return tp in self._set_aside or (tp not in self.logs and any(d.offline for d in self.dirs))
 
     def shutdown(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean shutdown marker in each dir."""
