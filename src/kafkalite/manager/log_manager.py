@@ -326,7 +326,7 @@ class LogManager:
             try:
                 lg = Log(d.path / names.partition_dir_name(*tp), self._config_for(tp[0]), log_start_offset=start,
                          recovery_point=recovery_point, clean_shutdown=False, scheduler=self.scheduler,
-                         clock=self.clock, high_watermark=hw)
+                         clock=self.clock, high_watermark=hw, dir_lock=d.lock)
             except OSError as exc:
                 if not is_descriptor_exhaustion(exc):
                     self._mark_offline(d, exc)

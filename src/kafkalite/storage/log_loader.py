@@ -231,7 +231,7 @@ class LogLoader:
         self._rebuild_producer_state(segment.base_offset, reload_from_clean_shutdown=False, snapshot=False)
         try:
             truncated = segment.recover(self.producer_state, self.leader_epoch_cache)
-        except (InvalidOffsetError, IndexOffsetOverflowError, OSError) as exc:
+        except (InvalidOffsetError, IndexOffsetOverflowError) as exc:  # not OSError: EMFILE or EIO is no reason
             log.warning("%s: could not recover segment %d (%s); emptying it", self.dir.name, segment.base_offset, exc)
             truncated = segment.log.size
             segment.truncate_to(segment.base_offset)
