@@ -7,7 +7,7 @@ VENV ?= .venv
 SPARK_STAMP := $(VENV)/.installed-spark
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test test-fast bench lint clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ demo: $(SPARK_STAMP)
 test: $(DEV_STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/python -m pytest -q
+
+# The inner loop for contributors: no Spark, no real-client matrix, no multi-process fault tests (< 1 min).
+test-fast: $(DEV_STAMP)
+	$(VENV)/bin/python -m pytest -q -m "not spark and not clients and not slow"
 
 bench: $(DEV_STAMP)
 	$(VENV)/bin/python -m bench

@@ -11,6 +11,30 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 T0 = 1700000000000
 
+# Which modules carry which marker (`make test-fast` deselects all three). By module, so a new test in an
+# existing file is marked as its neighbours are; a new module that starts Spark, a real client matrix or
+# many processes belongs in one of these sets.
+MODULE_MARKERS: dict[str, frozenset[str]] = {
+    "spark": frozenset({"test_cli_demo", "test_readme", "test_demo_report"}),  # plus every test_spark*
+    "clients": frozenset({
+        "test_broker_clients", "test_broker_groups", "test_protocol_aiokafka", "test_protocol_kafka_python",
+        "test_protocol_gaps", "test_kafkajs", "test_cli_console", "test_cli_admin",
+    }),
+    "slow": frozenset({
+        "test_cleaner_crash", "test_log_recovery", "test_cli_broker", "test_config_startup", "test_topic_scale",
+        "test_locks", "test_read_only_log", "test_log_recovery_oserror", "test_dump_log", "test_cleaner_property",
+        "test_index_damage",
+    }),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        for marker, modules in MODULE_MARKERS.items():
+            if module in modules or (marker == "spark" and module.startswith("test_spark")):
+                item.add_marker(getattr(pytest.mark, marker))
+
 
 @pytest.fixture(scope="session")
 def spark():
