@@ -40,6 +40,10 @@ CONFIG_TYPES = {"bool": 1, "str": 2, "int": 3, "long": 5, "double": 6, "list": 7
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 AUTHORIZED_OPS_OMITTED = -2147483648
+TRANSACTIONS_UNSUPPORTED = ("transactions are not supported by kafkalite (no transaction coordinator); "
+                            "use an idempotent producer without transactional.id")
+KIP848_UNSUPPORTED = ("the consumer group protocol of KIP-848 (group.protocol=consumer) is not supported by "
+                      "kafkalite; use group.protocol=classic")
 
 GROUP_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
                         ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS,
@@ -72,8 +76,10 @@ class KafkaApis:
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+            ApiKey.ALTER_CONFIGS: self.alter_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
             ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
         }
         if coordinator is not None:
             self._handlers[ApiKey.FIND_COORDINATOR] = self.find_coordinator
@@ -278,6 +284,8 @@ class KafkaApis:
 
     async def init_producer_id(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
         if body.get("transactional_id") is not None:
+            log.warning("Refused InitProducerId for transactional id %r: %s", body["transactional_id"],
+                        TRANSACTIONS_UNSUPPORTED)
             return {"throttle_time_ms": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1,
                     "producer_epoch": -1}
         # As Kafka's coordinator does for a null transactional id: always a fresh producer id, epoch 0
@@ -457,6 +465,46 @@ class KafkaApis:
             results.append(res)
         return {"throttle_time_ms": 0, "results": results}
 
+    async def alter_configs(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        """Legacy AlterConfigs: the configs sent become the resource's whole set of dynamic configs (what
+        is left out returns to its default), as Kafka does; validated like IncrementalAlterConfigs."""
+        validate_only = body.get("validate_only", False)
+        responses = []
+        for r in body.get("resources", []):
+            rtype, rname = r["resource_type"], r["resource_name"]
+            res: dict[str, Any] = {"error_code": E.NONE, "error_message": None, "resource_type": rtype,
+                                   "resource_name": rname}
+            try:
+                names = [c["name"] for c in r.get("configs", [])]
+                if len(set(names)) != len(names):
+                    raise InvalidRequestError(f"Duplicate config keys in the request for {rname}: {names}")
+                if rtype == RESOURCE_BROKER:
+                    self._refuse_broker_configs(rname, names)
+                elif rtype != RESOURCE_TOPIC:
+                    raise InvalidRequestError(f"Unsupported resource type {rtype}")
+                else:
+                    if rname not in self.replicas.metadata.topics:
+                        raise UnknownTopicOrPartitionError(f"The topic '{rname}' does not exist.")
+                    configs: dict[str, str] = {}
+                    for c in r.get("configs", []):
+                        # a null value leaves the key at its default, as Kafka's legacy path does
+                        op = OP_SET if c.get("value") is not None else OP_DELETE
+                        configs = self._apply_config_op(configs, c["name"], op, c.get("value"))
+                    self.replicas.alter_topic_configs(rname, configs, validate_only)
+            except KafkaliteError as exc:
+                res.update(error_code=error_code_of(exc), error_message=str(exc))
+            responses.append(res)
+        return {"throttle_time_ms": 0, "responses": responses}
+
+    def _refuse_broker_configs(self, rname: str, names: list[str]) -> None:
+        """kafkalite has no dynamic broker configs: changing any is refused as Kafka refuses a read-only
+        one (INVALID_REQUEST); an empty set changes nothing and succeeds."""
+        if rname not in ("", str(self.node_id)):
+            raise InvalidRequestError(f"Unexpected broker id {rname}: this broker is {self.node_id}")
+        if names:
+            raise InvalidRequestError(f"Cannot update these configs dynamically: {sorted(names)}; kafkalite has no "
+                                      "dynamic broker configs: change server.properties and restart")
+
     async def incremental_alter_configs(self, h: RequestHeader, body: dict[str, Any], _host: str
                                         ) -> dict[str, Any]:
         validate_only = body.get("validate_only", False)
@@ -511,13 +559,23 @@ class KafkaApis:
         host, port = self._endpoint()
 
         def one(key: str, key_type: int) -> dict[str, Any]:
+            if key_type == 1:
+                # non-retriable: confluent-kafka, kafka-python, aiokafka and kafkajs fail at once on 53, while
+                # they retry COORDINATOR_NOT_AVAILABLE until their timeouts (librdkafka also on 35 and 42)
+                return {"key": key, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "node_id": -1, "host": "",
+                        "port": -1, "error_message": TRANSACTIONS_UNSUPPORTED}
             if key_type != 0:
-                return {"key": key, "error_code": E.COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "", "port": -1,
-                        "error_message": "kafkalite has no transaction coordinator"}
+                return {"key": key, "error_code": E.INVALID_REQUEST, "node_id": -1, "host": "", "port": -1,
+                        "error_message": f"Unknown coordinator type {key_type}: kafkalite coordinates only "
+                                         "consumer groups"}
             return {"key": key, "error_code": E.NONE, "node_id": self.node_id, "host": host, "port": port,
                     "error_message": None}
 
         key_type = body.get("key_type", 0)
+        if key_type == 1:
+            keys = body.get("coordinator_keys", []) if h.api_version >= 4 else [body.get("key", "")]
+            log.warning("Refused FindCoordinator for transactional ids %s from client %s: %s", keys, h.client_id,
+                        TRANSACTIONS_UNSUPPORTED)
         if key_type == 0 and not self._offsets_topic_ready:
             # Kafka creates __consumer_offsets on the first FindCoordinator for a group.
             self.coordinator.ensure_offsets_topic()
@@ -529,6 +587,15 @@ class KafkaApis:
         out = one(body.get("key", ""), key_type)
         out["throttle_time_ms"] = 0
         return out
+
+    async def consumer_group_heartbeat(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
+        """KIP-848's protocol is not implemented. Not advertising it leaves a `group.protocol=consumer`
+        librdkafka consumer waiting forever without a word; advertised and answered with
+        UNSUPPORTED_VERSION, librdkafka raises a fatal error at once (tests/test_protocol_gaps.py)."""
+        log.warning("Refused ConsumerGroupHeartbeat for group %r from %s (client %s): %s", body.get("group_id"),
+                    host, h.client_id, KIP848_UNSUPPORTED)
+        return {"throttle_time_ms": 0, "error_code": E.UNSUPPORTED_VERSION, "error_message": KIP848_UNSUPPORTED,
+                "member_id": None, "member_epoch": -1, "heartbeat_interval_ms": 0, "assignment": None}
 
     async def group_request(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
         return await self.coordinator.handle(h.api_key, h.api_version, body, h.client_id, host)

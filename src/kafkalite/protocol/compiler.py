@@ -130,7 +130,8 @@ class _Unit:
             return 16
         if type_ == STRUCT:
             regular, _ = self.split(fields)
-            return sum(self.min_size(f.type, f.fields) for f in regular) + (1 if self.flex else 0)
+            return sum(1 if f.type == STRUCT and f.nullable_in(self.v) else self.min_size(f.type, f.fields)
+                       for f in regular) + (1 if self.flex else 0)
         if type_ == "string":
             return 1 if self.flex else 2
         return 1 if self.flex else 4  # bytes, records, arrays
@@ -184,6 +185,11 @@ class _Unit:
             code, size = FIXED_TYPES[t]
             lines.append(f"{ind}{var} = {self.const(struct.Struct('>' + code))}.unpack_from(buf, pos)[0]")
             lines.append(f"{ind}pos += {size}")
+        elif t == STRUCT and nullable:
+            lines.append(f"{ind}if {self.const(struct.Struct('>b'))}.unpack_from(buf, pos)[0] < 0:")
+            lines.append(f"{ind}    {var}, pos = None, pos + 1")
+            lines.append(f"{ind}else:")
+            lines.append(f"{ind}    {var}, pos = {self.decoder(f.fields)}(buf, pos + 1)")
         elif t == STRUCT:
             lines.append(f"{ind}{var}, pos = {self.decoder(f.fields)}(buf, pos)")
         elif not f.is_array:
@@ -278,6 +284,13 @@ class _Unit:
         nullable = f.nullable_in(self.v)
         if t in FIXED_TYPES:
             lines.append(f"{ind}{out} += {self.const(struct.Struct('>' + FIXED_TYPES[t][0]))}.pack({expr})")
+        elif t == STRUCT and nullable:
+            lines.append(f"{ind}x = {expr}")
+            lines.append(f"{ind}if x is None:")
+            lines.append(f"{ind}    {out} += b'\\xff'")
+            lines.append(f"{ind}else:")
+            lines.append(f"{ind}    {out} += b'\\x01'")
+            lines.append(f"{ind}    {self.encoder(f.fields)}(x, {out}, {parts})")
         elif t == STRUCT:
             lines.append(f"{ind}{self.encoder(f.fields)}({expr} or EMPTY, {out}, {parts})")
         elif t == "records":

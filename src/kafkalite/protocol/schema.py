@@ -7,6 +7,7 @@ Declarations mirror Kafka's JSON message schemas (the format's source of truth) 
     F("replica_nodes", "[]int32")                        # array of a primitive
     A("topic_data", "0+", [F(...), ...])                 # array of structs
     S("diverging_epoch", "12+", [F(...), ...], tag=0)    # a struct (here a tagged one)
+    S("assignment", "0+", [F(...), ...], null=True)      # a nullable struct
 
 Version ranges use Kafka's spelling ("3+", "0-4", "7", "none"); `null` gives the versions in which
 the field is nullable (True = all its versions); `tag` makes the field a tagged field in all of its
@@ -182,10 +183,15 @@ def A(name: str, v: str, fields: Sequence[Field], *, null: str | bool | None = N
     return Field(name, STRUCT_ARRAY, versions, _versions(null, versions), tag, _MISSING, tuple(fields))
 
 
-def S(name: str, v: str, fields: Sequence[Field], *, tag: int | None = None) -> Field:
-    """A single (non-nullable) struct."""
+def S(name: str, v: str, fields: Sequence[Field], *, null: str | bool | None = None, tag: int | None = None
+      ) -> Field:
+    """A single struct; a nullable one (ConsumerGroupHeartbeat's assignment) is preceded by an int8
+    marker, -1 for null and 1 for present, as Kafka writes it."""
     _check_name(name)
-    return Field(name, STRUCT, Versions.parse(v), None, tag, _MISSING, tuple(fields))
+    versions = Versions.parse(v)
+    if null is not None and tag is not None:
+        raise ValueError(f"{name}: a nullable tagged struct is not supported")
+    return Field(name, STRUCT, versions, _versions(null, versions), tag, _MISSING, tuple(fields))
 
 
 @dataclass(frozen=True, slots=True)

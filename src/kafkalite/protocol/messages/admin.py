@@ -1,5 +1,5 @@
 """Topic and config administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
-DescribeConfigs, IncrementalAlterConfigs."""
+DescribeConfigs, AlterConfigs (the legacy whole-set replacement), IncrementalAlterConfigs."""
 
 from __future__ import annotations
 
@@ -129,6 +129,30 @@ DESCRIBE_CONFIGS = message(
     ],
 )
 
+ALTER_CONFIGS = message(
+    ApiKey.ALTER_CONFIGS, "0-2", flexible="2+",
+    request=[
+        A("resources", "0+", [
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            A("configs", "0+", [
+                F("name", "string"),
+                F("value", "string", null=True),
+            ]),
+        ]),
+        F("validate_only", "bool"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        A("responses", "0+", [
+            F("error_code", "int16"),
+            F("error_message", "string", null=True),
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+        ]),
+    ],
+)
+
 INCREMENTAL_ALTER_CONFIGS = message(
     ApiKey.INCREMENTAL_ALTER_CONFIGS, "0-1", flexible="1+",
     request=[
@@ -177,4 +201,5 @@ CREATE_PARTITIONS = message(
     ],
 )
 
-ALL = [CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, CREATE_PARTITIONS]
+ALL = [CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS,
+       CREATE_PARTITIONS]

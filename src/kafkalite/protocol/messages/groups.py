@@ -1,10 +1,11 @@
-"""Classic consumer-group membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) and group admin
-(DescribeGroups, ListGroups, DeleteGroups)."""
+"""Classic consumer-group membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), group admin
+(DescribeGroups, ListGroups, DeleteGroups), and KIP-848's ConsumerGroupHeartbeat, declared only so that
+a `group.protocol=consumer` client gets an answer (a refusal) instead of waiting forever."""
 
 from __future__ import annotations
 
 from kafkalite.protocol.api_keys import ApiKey
-from kafkalite.protocol.schema import A, F, message
+from kafkalite.protocol.schema import A, F, S, message
 
 JOIN_GROUP = message(
     ApiKey.JOIN_GROUP, "0-7", flexible="6+",
@@ -152,4 +153,38 @@ DELETE_GROUPS = message(
     ],
 )
 
-ALL = [JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS]
+
+CONSUMER_GROUP_HEARTBEAT = message(  # KIP-848; v1 adds the regex subscription
+    ApiKey.CONSUMER_GROUP_HEARTBEAT, "0-1", flexible="0+",
+    request=[
+        F("group_id", "string"),
+        F("member_id", "string"),
+        F("member_epoch", "int32"),
+        F("instance_id", "string", null=True, default=None),
+        F("rack_id", "string", null=True, default=None),
+        F("rebalance_timeout_ms", "int32", default=-1),
+        F("subscribed_topic_names", "[]string", null=True),
+        F("subscribed_topic_regex", "string", "1+", null=True, default=None),
+        F("server_assignor", "string", null=True, default=None),
+        A("topic_partitions", "0+", [
+            F("topic_id", "uuid"),
+            F("partitions", "[]int32"),
+        ], null=True),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("error_message", "string", null=True, default=None),
+        F("member_id", "string", null=True, default=None),
+        F("member_epoch", "int32"),
+        F("heartbeat_interval_ms", "int32"),
+        S("assignment", "0+", [
+            A("topic_partitions", "0+", [
+                F("topic_id", "uuid"),
+                F("partitions", "[]int32"),
+            ]),
+        ], null=True),
+    ],
+)
+ALL = [JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS,
+       CONSUMER_GROUP_HEARTBEAT]
