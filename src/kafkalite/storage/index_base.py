@@ -54,6 +54,31 @@ def _column(raw: bytes, entry_size: int, start: int, width: int) -> array:
     return column
 
 
+def peek_file(path: Path, entry_size: int) -> tuple[int, bytes, bytes]:
+    """(length, first entry, last entry) of an index file, read without mapping it.
+
+    The load-time checks use this, so that loading thousands of segments maps none of their
+    indexes (they are mapped on first use, like Kafka's LazyIndex). Entries are b"" when the file
+    holds no whole entry; the last entry is the last whole one.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        length = os.fstat(fd).st_size
+        whole = round_down(length, entry_size)
+        if whole == 0:
+            return length, b"", b""
+        return length, os.pread(fd, entry_size, 0), os.pread(fd, entry_size, whole - entry_size)
+    finally:
+        os.close(fd)
+
+
+def check_length(path: Path, length: int, entry_size: int) -> None:
+    if length % entry_size != 0:
+        raise CorruptIndexError(
+            f"index file {path} is corrupt, found {length} bytes which is not a multiple of {entry_size}"
+        )
+
+
 class IndexBase:
     """A fixed-entry index file. Subclasses give the entry layout and keep their `last` state."""
 
@@ -211,11 +236,7 @@ class IndexBase:
         self._truncate_to_entries(0)
 
     def _check_length(self) -> None:
-        if self._length % self.entry_size != 0:
-            raise CorruptIndexError(
-                f"index file {self._path} is corrupt, found {self._length} bytes which is not a multiple "
-                f"of {self.entry_size}"
-            )
+        check_length(self._path, self._length, self.entry_size)
 
     # --- file lifecycle --------------------------------------------------------------------------
 

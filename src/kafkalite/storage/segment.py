@@ -21,9 +21,17 @@ from kafkalite.errors import (
     InvalidRecordError,
     LogSegmentOffsetOverflowError,
 )
-from kafkalite.records.batch import CONTROL_FLAG_MASK, RecordBatch
+from kafkalite.records.batch import (
+    CONTROL_FLAG_MASK,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    PREFIX,
+    RECORD_BATCH_OVERHEAD,
+    RecordBatch,
+)
 from kafkalite.storage import names
 from kafkalite.storage.file_records import FileRecords, LogOffsetPosition, TimestampAndOffset, ValidBatches
+from kafkalite.storage.index_base import round_down
 from kafkalite.storage.metadata import FetchDataInfo, LogOffsetMetadata
 from kafkalite.storage.offset_index import OffsetIndex, OffsetPosition
 from kafkalite.storage.time_index import TimeIndex
@@ -241,7 +249,7 @@ class LogSegment:
         """Max timestamp after a truncation: the last time-index entry, then a scan of the batches after it."""
         last = self.time_index.last_entry
         best = (last.timestamp, last.offset)
-        position = self.offset_index.lookup(last.offset).position
+        position = self.scan_position(last.offset)
         ts, offset = self.log.largest_timestamp_after(position)
         if ts > best[0]:
             best = (ts, offset)
@@ -343,8 +351,71 @@ class LogSegment:
 
     def translate_offset(self, offset: int, starting_file_position: int = 0) -> LogOffsetPosition | None:
         """The first batch whose last offset is >= `offset`: (its last offset, position, size)."""
+        position = self.scan_position(offset)
+        return self.log.search_for_offset_with_size(offset, max(position, starting_file_position))
+
+    def scan_position(self, offset: int) -> int:
+        """Where a scan of the `.log` for `offset` may start: the index's answer, checked against the `.log`.
+
+        An index entry is only a hint, and a damaged one (a position past the `.log` or negative, or
+        not at a batch that starts inside the segment at or before the entry's offset) would make a
+        read skip data or fail with a bare EINVAL. Such an entry is corruption of the index alone:
+        it is rebuilt from the `.log` and this scan starts at the segment start. The check costs one
+        61-byte read, and only when the index points past the first batch.
+        """
         mapping = self.offset_index.lookup(offset)
-        return self.log.search_for_offset_with_size(offset, max(mapping.position, starting_file_position))
+        position = mapping.position
+        if position == 0 and mapping.offset == self.base_offset:
+            return 0
+        problem = self._entry_problem(mapping.offset, position)
+        if problem is None:
+            return position
+        self.rebuild_indexes(f"entry ({mapping.offset} -> byte {position}) {problem}")
+        return 0
+
+    def _entry_problem(self, offset: int, position: int) -> str | None:
+        """What is wrong with an offset-index entry, judged against the `.log`; None when it is usable."""
+        size = self.log.size
+        if not 0 <= position < size:
+            return f"points outside the {size}-byte log file {self.log.path.name}"
+        if offset < self.base_offset:
+            return f"has an offset below the segment base {self.base_offset}"
+        header = self.log.read(position, RECORD_BATCH_OVERHEAD)
+        if len(header) < RECORD_BATCH_OVERHEAD:
+            return f"points at byte {position} of {self.log.path.name}, too close to its end for a batch"
+        first, length = PREFIX.unpack_from(header)
+        magic = header[16]
+        end = position + length + LOG_OVERHEAD
+        if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or magic != MAGIC_V2 or end > size:
+            return f"does not point at a record batch of {self.log.path.name}"
+        if not self.base_offset <= first <= offset:
+            return f"points at a batch starting at offset {first}"
+        return None
+
+    def rebuild_indexes(self, why: str) -> None:
+        """Rebuild the offset and time indexes from the `.log` after finding the offset index corrupt.
+
+        Unlike `recover` this never truncates the `.log` and leaves producer state and the
+        transaction index alone: the data is not in question, only the hints over it. The indexes
+        cover the valid batches from the start; a read past an invalid batch scans the `.log`.
+        """
+        offset_index = self.offset_index
+        log.warning("Corrupt offset index %s: %s; rebuilding it (and %s) from %s", offset_index.path, why,
+                    self.time_index_path.name, self.log.path.name)
+        time_index = self.time_index
+        # the active segment keeps its preallocated indexes; a rolled one has them trimmed
+        preallocated = offset_index.length >= round_down(self.max_index_size, offset_index.entry_size)
+        state = self._scan_into_indexes(None, None)
+        if state.failure is not None:
+            log.warning("Rebuilt index %s covers %s only up to byte %d: %s", offset_index.path, self.log.path.name,
+                        state.valid_bytes, state.failure)
+        else:
+            self._max_ts_and_offset = (state.max_ts, state.offset_of_max)
+        self.bytes_since_last_index_entry = self.log.size - state.last_index_entry
+        if not preallocated:
+            time_index.maybe_append(state.max_ts, state.offset_of_max, skip_full_check=True)
+            offset_index.trim_to_valid_size()
+            time_index.trim_to_valid_size()
 
     def read(
         self,
@@ -370,7 +441,7 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """The offset after the last batch in the segment (the base offset when empty)."""
-        position = self.offset_index.lookup(self.offset_index.last_offset).position
+        position = self.scan_position(self.offset_index.last_offset)
         next_offset = self.base_offset
         for h in self.log.batch_headers(position):
             next_offset = h.last_offset + 1
@@ -388,7 +459,7 @@ class LogSegment:
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> TimestampAndOffset | None:
         """First record with timestamp >= target at or after `starting_offset`, using both indexes."""
         ts_offset = self.time_index.lookup(timestamp)
-        position = self.offset_index.lookup(max(ts_offset.offset, starting_offset)).position
+        position = self.scan_position(max(ts_offset.offset, starting_offset))
         return self.log.search_for_timestamp(timestamp, position, starting_offset)
 
     # --- roll ----------------------------------------------------------------------------------------
@@ -445,21 +516,11 @@ class LogSegment:
         """
         offset_index = self.offset_index
         time_index = self.time_index
-        offset_index.reset()
-        time_index.reset()
         self.txn_index.reset()
-        state = _RecoveryState(self.base_offset, self.index_interval_bytes)
-        try:
-            for window in self.log.scan_valid(0):
-                if not self._recover_window(window, state, producer_state, epoch_cache):
-                    break
-        except CorruptRecordError as exc:
-            state.failure = exc
+        state = self._scan_into_indexes(producer_state, epoch_cache)
         if state.failure is not None:
             log.warning("Found invalid messages in log segment %s at byte offset %d: %s",
                         self.log.path, state.valid_bytes, state.failure)
-        offset_index.append_many(*state.columns(state.index_offsets, state.index_positions))
-        time_index.append_many(*state.columns(state.time_stamps, state.time_offsets))
         if producer_state is not None and state.previous_last >= 0:
             # Kafka moves the map end offset past every recovered batch, not only those with a producer
             # id; without it the loader would replay the whole segment's headers a second time.
@@ -476,6 +537,24 @@ class LogSegment:
         time_index.trim_to_valid_size()
         self.bytes_since_last_index_entry = valid_bytes - state.last_index_entry
         return truncated
+
+    def _scan_into_indexes(self, producer_state: RecoveryProducerState | None,
+                           epoch_cache: RecoveryEpochCache | None) -> _RecoveryState:
+        """Empty both indexes and refill them from the valid batches of the `.log` (the scan of `recover`)."""
+        offset_index = self.offset_index
+        time_index = self.time_index
+        offset_index.reset()
+        time_index.reset()
+        state = _RecoveryState(self.base_offset, self.index_interval_bytes)
+        try:
+            for window in self.log.scan_valid(0):
+                if not self._recover_window(window, state, producer_state, epoch_cache):
+                    break
+        except CorruptRecordError as exc:
+            state.failure = exc
+        offset_index.append_many(*state.columns(state.index_offsets, state.index_positions))
+        time_index.append_many(*state.columns(state.time_stamps, state.time_offsets))
+        return state
 
     def _recover_window(self, window: ValidBatches, state: _RecoveryState,
                         producer_state: RecoveryProducerState | None, epoch_cache: RecoveryEpochCache | None) -> bool:
@@ -591,11 +670,36 @@ class LogSegment:
         return removed
 
     def sanity_check(self, time_index_file_exists: bool) -> None:
-        """Load-time check (Kafka 2.3+): the offset index must exist; the txn index must be sane."""
+        """Load-time check: the offset index must exist and be sane; the txn index must be sane.
+
+        Kafka 2.3+ checks only that the offset index exists and trusts its content. Here Kafka's
+        older `sanityCheck` of both indexes runs too (whole entries, last offset not below the base,
+        time stamps not falling), plus a check that the offset index's last entry points at a batch
+        of the `.log` that starts at or before its offset: that costs one 61-byte read, and catches
+        garbage appended to an index or a stray swap file renamed over it, which Kafka would trust
+        and then skip data with; such an index is rebuilt on the spot. A CorruptIndexError (Kafka's
+        checks) makes the loader recover the segment, as in Kafka.
+        """
         if not self.offset_index_path.exists():
             raise FileNotFoundError(f"offset index file {self.offset_index_path} does not exist")
         if not time_index_file_exists:
             self.time_index.resize(0)
+        if self._offset_index is None:
+            last = OffsetIndex.check_file(self.offset_index_path, self.base_offset)
+        else:
+            self._offset_index.sanity_check()
+            n = self._offset_index.entries
+            last = self._offset_index.entry(n - 1) if n else None
+        if last is not None:
+            problem = self._entry_problem(last.offset, last.position)
+            if problem is not None:
+                # rebuilt here, without truncating: the damage may be in the `.log` at that byte, which is
+                # recovery's business (it cuts there and drops later segments), not the index check's
+                self.rebuild_indexes(f"its last entry ({last.offset} -> byte {last.position}) {problem}")
+        if self._time_index is not None:
+            self._time_index.sanity_check()
+        elif time_index_file_exists:
+            TimeIndex.check_file(self.time_index_path, self.base_offset)
         self.txn_index.sanity_check()
 
     def reset_roll_state(self) -> None:
