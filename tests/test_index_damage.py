@@ -135,3 +135,54 @@ def test_stray_index_swap_file(tmp_path, caplog, content):
         _each_offset_reads(lg)
     assert not stray.exists()
     lg.close()
+
+
+def test_live_broker_serves_every_record_past_a_bad_active_index_entry(tmp_path):
+    """The reported failure: a bad entry in the active segment's index took the whole log dir offline."""
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.brokerutil import BrokerProcess
+
+    data = tmp_path / "data"
+    props = {"num.partitions": 1, "log.segment.bytes": 64 * 1024, "log.index.interval.bytes": 512}
+    broker = BrokerProcess(data, props).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("damaged", 1, 1)])["damaged"].result(timeout=15)
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "compression.type": "none"})
+        for i in range(400):
+            p.produce("damaged", value=b"v%04d" % i + b"x" * 300)
+            if i % 20 == 19:
+                p.flush(10)
+        p.flush(10)
+    finally:
+        assert broker.stop() == 0, broker.output()
+    part = data / "damaged-0"
+    active = sorted(part.glob("*.index"))[-1]
+    with active.open("ab") as f:
+        f.write(ENTRY.pack(10_000, -(1 << 30)))
+    broker = BrokerProcess(data, props, port=broker.port).start()
+    try:
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g", "enable.auto.commit": False})
+        got: list[list[bytes]] = []
+        for start in (0, 399):
+            c.assign([TopicPartition("damaged", 0, start)])
+            want = 400 - start
+            seen: list[bytes] = []
+            for _ in range(60):
+                for m in c.consume(500, timeout=0.5):
+                    assert m.error() is None, m.error()
+                    seen.append(m.value()[:5])
+                if len(seen) >= want:
+                    break
+            got.append(seen)
+        c.close()
+        assert got[0] == [b"v%04d" % i for i in range(400)]
+        assert got[1] == [b"v0399"]
+    finally:
+        assert broker.stop() == 0, broker.output()
+    output = broker.log_path.read_text(errors="replace")
+    assert "Errno" not in output and "offline" not in output.lower(), broker.output()
+    assert active.name in output, broker.output()
