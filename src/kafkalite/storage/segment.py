@@ -781,6 +781,11 @@ class LogSegment:
         self.log.close_handlers()
         os.replace(tmp, path)
         self.log = FileRecords(path)
+        dir_fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # make the rename durable (if lost, the next recovery just drops the batch again)
+        finally:
+            os.close(dir_fd)
 
     @staticmethod
     def _recover_epochs(epoch_cache: RecoveryEpochCache, epochs: np.ndarray, base_offsets: np.ndarray) -> None:
