@@ -13,14 +13,21 @@ index therefore costs one mmap and no scan.
 
 Mutations are not locked: the owner (the segment, under the log's lock) serialises them, as
 Kafka's callers serialise through the log lock too.
+
+A mapping holds no file descriptor (`FileMapping`): Python's `mmap` keeps a duplicate of the
+descriptor it was given for as long as the mapping lives, which made every partition hold three
+(its `.log` and two indexes) where Kafka holds one, and brokers with many partitions run into the
+descriptor limit. The descriptor is opened only to map, resize or truncate, and closed right after.
 """
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import struct
 import sys
+import threading
 from array import array
 from pathlib import Path
 from typing import ClassVar
@@ -54,6 +61,130 @@ def _column(raw: bytes, entry_size: int, start: int, width: int) -> array:
     return column
 
 
+def _load_libc() -> ctypes.CDLL | None:
+    """libc's mmap, munmap and msync, for mappings that keep no descriptor; None where unavailable."""
+    if sys.version_info >= (3, 13) or not sys.platform.startswith("linux"):
+        return None  # 3.13's mmap(trackfd=False) does it; elsewhere plain mmap
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int64]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _load_libc()
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_MS_SYNC = 4  # Linux
+
+
+class FileMapping:
+    """A shared mapping of a whole file that, unlike `mmap.mmap` before Python 3.13, keeps no duplicate
+    of the file descriptor it was made from (the caller closes that right away).
+
+    Below 3.13 it is made with libc's mmap through ctypes and read and written through a memoryview.
+    Such memory is unmapped for good by `close`, so every access takes a lock and checks that the
+    mapping is still open: a stale reader gets ValueError, as from a closed `mmap`, never a crash.
+    """
+
+    __slots__ = ("_addr", "_buf", "_lock", "_mm", "_size")
+
+    def __init__(self, fd: int, size: int, writable: bool) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._addr: int | None = None
+        self._mm: FileMapping | None = None
+        if _LIBC is None:
+            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+            extra = {"trackfd": False} if sys.version_info >= (3, 13) else {}
+            self._mm = mmap.mmap(fd, size, access=access, **extra)
+            self._buf: memoryview | mmap.mmap | None = self._mm
+            return
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        addr = _LIBC.mmap(None, size, prot, mmap.MAP_SHARED, fd, 0)
+        if addr is None or addr == _MAP_FAILED:
+            err = ctypes.get_errno()
+            raise OSError(err, f"mmap of {size} bytes failed: {os.strerror(err)}")
+        self._addr = addr
+        view = memoryview((ctypes.c_char * size).from_address(addr)).cast("B")
+        self._buf = view if writable else view.toreadonly()
+
+    def _open_buffer(self) -> memoryview | mmap.mmap:
+        buf = self._buf
+        if buf is None:
+            raise ValueError("mmap closed or invalid")
+        return buf
+
+    def __len__(self) -> int:
+        return self._size
+
+    def unpack_from(self, layout: struct.Struct, offset: int) -> tuple:
+        with self._lock:
+            return layout.unpack_from(self._open_buffer(), offset)
+
+    def pack_into(self, layout: struct.Struct, offset: int, *values: int) -> None:
+        with self._lock:
+            layout.pack_into(self._open_buffer(), offset, *values)
+
+    def read(self, start: int, end: int) -> bytes:
+        with self._lock:
+            return bytes(self._open_buffer()[start:end])
+
+    def write(self, start: int, data: bytes) -> None:
+        with self._lock:
+            self._open_buffer()[start : start + len(data)] = data
+
+    def flush(self) -> None:
+        with self._lock:
+            self._open_buffer()
+            if self._mm is not None:
+                self._mm.flush()
+            elif _LIBC is not None and _LIBC.msync(self._addr, self._size, _MS_SYNC) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"msync failed: {os.strerror(err)}")
+
+    def close(self) -> None:
+        with self._lock:
+            buf, self._buf = self._buf, None
+            if buf is None:
+                return
+            if self._mm is not None:
+                self._mm.close()
+            else:
+                buf.release()
+                _LIBC.munmap(self._addr, self._size)
+                self._addr = None
+
+
+def peek_file(path: Path, entry_size: int) -> tuple[int, bytes, bytes]:
+    """(length, first entry, last entry) of an index file, read without mapping it.
+
+    The load-time checks use this, so that loading thousands of segments maps none of their
+    indexes (they are mapped on first use, like Kafka's LazyIndex). Entries are b"" when the file
+    holds no whole entry; the last entry is the last whole one.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        length = os.fstat(fd).st_size
+        whole = round_down(length, entry_size)
+        if whole == 0:
+            return length, b"", b""
+        return length, os.pread(fd, entry_size, 0), os.pread(fd, entry_size, whole - entry_size)
+    finally:
+        os.close(fd)
+
+
+def check_length(path: Path, length: int, entry_size: int) -> None:
+    if length % entry_size != 0:
+        raise CorruptIndexError(
+            f"index file {path} is corrupt, found {length} bytes which is not a multiple of {entry_size}"
+        )
+
+
 class IndexBase:
     """A fixed-entry index file. Subclasses give the entry layout and keep their `last` state."""
 
@@ -69,7 +200,7 @@ class IndexBase:
         self.base_offset = base_offset
         self.max_index_size = max_index_size
         self.writable = writable
-        self._mm: mmap.mmap | None = None
+        self._mm: FileMapping | None = None
         self._length = 0
         self._cols: tuple[array, array] | None = None
         created = False
@@ -141,11 +272,11 @@ class IndexBase:
     def _read(self, n: int) -> tuple[int, int]:
         if not 0 <= n < self._entries:
             raise IndexError(f"attempt to fetch entry {n} from index {self._path}, which has {self._entries} entries")
-        return self._entry.unpack_from(self._mm, n * self.entry_size)
+        return self._mm.unpack_from(self._entry, n * self.entry_size)
 
     def _write(self, first: int, second: int) -> None:
         """Store one entry in the next free slot; the caller has checked room and order."""
-        self._entry.pack_into(self._mm, self._entries * self.entry_size, first, second)
+        self._mm.pack_into(self._entry, self._entries * self.entry_size, first, second)
         cols = self._cols
         if cols is not None:
             cols[0].append(first)
@@ -178,7 +309,7 @@ class IndexBase:
         rows["first"] = firsts[:n]
         rows["second"] = seconds[:n]
         at = self._entries * self.entry_size
-        self._mm[at : at + n * self.entry_size] = rows.tobytes()
+        self._mm.write(at, rows.tobytes())
         if self._cols is not None:
             self._cols[0].extend(firsts[:n].tolist())
             self._cols[1].extend(seconds[:n].tolist())
@@ -190,7 +321,7 @@ class IndexBase:
         """Both fields of every entry as native arrays, loaded on first use and kept in step afterwards."""
         if self._cols is None:
             n = self._entries
-            raw = self._mm[: n * self.entry_size] if n else b""
+            raw = self._mm.read(0, n * self.entry_size) if n else b""
             (start0, width0), (start1, width1) = self._fields
             self._cols = (
                 _column(raw, self.entry_size, start0, width0),
@@ -211,11 +342,7 @@ class IndexBase:
         self._truncate_to_entries(0)
 
     def _check_length(self) -> None:
-        if self._length % self.entry_size != 0:
-            raise CorruptIndexError(
-                f"index file {self._path} is corrupt, found {self._length} bytes which is not a multiple "
-                f"of {self.entry_size}"
-            )
+        check_length(self._path, self._length, self.entry_size)
 
     # --- file lifecycle --------------------------------------------------------------------------
 
@@ -225,8 +352,7 @@ class IndexBase:
         if self._length == 0:
             self._mm = None
         else:
-            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-            self._mm = mmap.mmap(fd, self._length, access=access)
+            self._mm = FileMapping(fd, self._length, self.writable)
 
     def _unmap(self) -> None:
         if self._mm is not None:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
 from kafkalite.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
-from kafkalite.storage.index_base import IndexBase
+from kafkalite.storage.index_base import IndexBase, check_length, peek_file
 
 
 class OffsetPosition(NamedTuple):
@@ -106,6 +107,21 @@ class OffsetIndex(IndexBase):
         """
         offsets, _ = self._columns()
         self._truncate_to_entries(bisect_left(offsets, offset - self.base_offset))
+
+    @classmethod
+    def check_file(cls, path: Path, base_offset: int) -> OffsetPosition | None:
+        """Kafka's sanity check of an index file on disk, without mapping it; returns its last entry."""
+        length, _first, last = peek_file(path, cls.entry_size)
+        check_length(path, length, cls.entry_size)
+        if not last:
+            return None
+        relative, position = cls._entry.unpack(last)
+        if relative < 0:
+            raise CorruptIndexError(
+                f"corrupt index found, index file {path} has non-zero size but the last offset is "
+                f"{base_offset + relative} which is less than the base offset {base_offset}"
+            )
+        return OffsetPosition(base_offset + relative, position)
 
     def sanity_check(self) -> None:
         """Cheap structural checks; a failure means the segment's index must be rebuilt from the `.log`."""

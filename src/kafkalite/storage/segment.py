@@ -21,9 +21,17 @@ from kafkalite.errors import (
     InvalidRecordError,
     LogSegmentOffsetOverflowError,
 )
-from kafkalite.records.batch import CONTROL_FLAG_MASK, RecordBatch
+from kafkalite.records.batch import (
+    CONTROL_FLAG_MASK,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    PREFIX,
+    RECORD_BATCH_OVERHEAD,
+    RecordBatch,
+)
 from kafkalite.storage import names
 from kafkalite.storage.file_records import FileRecords, LogOffsetPosition, TimestampAndOffset, ValidBatches
+from kafkalite.storage.index_base import round_down
 from kafkalite.storage.metadata import FetchDataInfo, LogOffsetMetadata
 from kafkalite.storage.offset_index import OffsetIndex, OffsetPosition
 from kafkalite.storage.time_index import TimeIndex
@@ -54,6 +62,12 @@ class _RecoveryState:
         self.time_stamps: list[np.ndarray] = []
         self.time_offsets: list[np.ndarray] = []
         self.failure: Exception | None = None
+        # batches whose offsets jump (a damaged base-offset field, which the CRC does not cover) are dropped:
+        # their (position, size) in the file as scanned; positions of later batches move down by their sizes
+        self.may_drop = True
+        self.drops: list[tuple[int, int]] = []
+        self.dropped_bytes = 0
+        self.scan_end = 0  # end, in the file as scanned, of the last batch looked at (kept or dropped)
 
     @staticmethod
     def columns(*parts: list[np.ndarray]) -> list[np.ndarray]:
@@ -78,6 +92,65 @@ class _RecoveryState:
         if len(chosen):
             self.last_index_entry = int(positions[chosen[-1]])
         return chosen
+
+
+_LOOKAHEAD = 2  # batches after a batch that say whether its offsets fit
+
+
+def _concat(first: ValidBatches, second: ValidBatches) -> ValidBatches:
+    return ValidBatches(np.concatenate((first.positions, second.positions)),
+                        np.concatenate((first.sizes, second.sizes)), np.concatenate((first.headers, second.headers)))
+
+
+def _split(window: ValidBatches, at: int) -> tuple[ValidBatches, ValidBatches]:
+    return (ValidBatches(window.positions[:at], window.sizes[:at], window.headers[:at]),
+            ValidBatches(window.positions[at:], window.sizes[at:], window.headers[at:]))
+
+
+def _choose_batches(bases: np.ndarray, lasts: np.ndarray, n: int, previous_last: int, segment_base: int,
+                    upper_bound: int | None) -> np.ndarray | None:
+    """Which of the first `n` batches to keep, judged by their offsets; None when all fit (the usual case).
+
+    `bases` and `lasts` hold the batches' first and last offsets, then up to two batches after them.
+    A batch fits when its offsets lie in the segment's range (from its base, below `upper_bound`, the
+    next segment's base) and above the last batch kept. When a batch also overlaps the next one, one
+    of the two has a damaged base offset: the batch is dropped when the next one fits where it is
+    and it does not (a jump up), or when both would fit and the next one continues the offsets
+    before it or reaches the batch after it exactly while this one does not; otherwise the next
+    batch will be dropped for not following this one (a jump down).
+    """
+    segment_floor = segment_base - 1
+    prev = max(previous_last, segment_floor)
+    count = len(bases)
+    following = np.concatenate((bases[1:], [upper_bound if upper_bound is not None else np.iinfo(np.int64).max]))
+    before = np.concatenate(([prev], lasts[:-1]))
+    in_range = (bases >= segment_base) & (lasts >= bases) & (lasts - segment_base <= MAX_RELATIVE_OFFSET)
+    if upper_bound is not None:
+        in_range &= lasts < upper_bound
+    fits = in_range & (bases > before) & (lasts < following)
+    if fits[:n].all():
+        return None
+
+    keep = np.zeros(n, dtype=bool)
+    for i in range(n):
+        base, last = int(bases[i]), int(lasts[i])
+        if not in_range[i] or base <= prev:
+            continue
+        if i + 1 < count and last >= int(bases[i + 1]):
+            next_base, next_last = int(bases[i + 1]), int(lasts[i + 1])
+            after = int(bases[i + 2]) if i + 2 < count else upper_bound
+            next_fits = bool(in_range[i + 1]) and next_base > prev and (after is None or next_last < after)
+            self_fits = after is None or last < after
+            if next_fits and not self_fits:
+                continue
+            if next_fits and self_fits:
+                score_self = (base == prev + 1) + (after is not None and last + 1 == after)
+                score_next = (next_base == prev + 1) + (after is not None and next_last + 1 == after)
+                if score_next > score_self:
+                    continue
+        keep[i] = True
+        prev = last
+    return keep
 
 
 class _UseSize:
@@ -241,7 +314,7 @@ class LogSegment:
         """Max timestamp after a truncation: the last time-index entry, then a scan of the batches after it."""
         last = self.time_index.last_entry
         best = (last.timestamp, last.offset)
-        position = self.offset_index.lookup(last.offset).position
+        position = self.scan_position(last.offset)
         ts, offset = self.log.largest_timestamp_after(position)
         if ts > best[0]:
             best = (ts, offset)
@@ -343,8 +416,71 @@ class LogSegment:
 
     def translate_offset(self, offset: int, starting_file_position: int = 0) -> LogOffsetPosition | None:
         """The first batch whose last offset is >= `offset`: (its last offset, position, size)."""
+        position = self.scan_position(offset)
+        return self.log.search_for_offset_with_size(offset, max(position, starting_file_position))
+
+    def scan_position(self, offset: int) -> int:
+        """Where a scan of the `.log` for `offset` may start: the index's answer, checked against the `.log`.
+
+        An index entry is only a hint, and a damaged one (a position past the `.log` or negative, or
+        not at a batch that starts inside the segment at or before the entry's offset) would make a
+        read skip data or fail with a bare EINVAL. Such an entry is corruption of the index alone:
+        it is rebuilt from the `.log` and this scan starts at the segment start. The check costs one
+        61-byte read, and only when the index points past the first batch.
+        """
         mapping = self.offset_index.lookup(offset)
-        return self.log.search_for_offset_with_size(offset, max(mapping.position, starting_file_position))
+        position = mapping.position
+        if position == 0 and mapping.offset == self.base_offset:
+            return 0
+        problem = self._entry_problem(mapping.offset, position)
+        if problem is None:
+            return position
+        self.rebuild_indexes(f"entry ({mapping.offset} -> byte {position}) {problem}")
+        return 0
+
+    def _entry_problem(self, offset: int, position: int) -> str | None:
+        """What is wrong with an offset-index entry, judged against the `.log`; None when it is usable."""
+        size = self.log.size
+        if not 0 <= position < size:
+            return f"points outside the {size}-byte log file {self.log.path.name}"
+        if offset < self.base_offset:
+            return f"has an offset below the segment base {self.base_offset}"
+        header = self.log.read(position, RECORD_BATCH_OVERHEAD)
+        if len(header) < RECORD_BATCH_OVERHEAD:
+            return f"points at byte {position} of {self.log.path.name}, too close to its end for a batch"
+        first, length = PREFIX.unpack_from(header)
+        magic = header[16]
+        end = position + length + LOG_OVERHEAD
+        if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or magic != MAGIC_V2 or end > size:
+            return f"does not point at a record batch of {self.log.path.name}"
+        if not self.base_offset <= first <= offset:
+            return f"points at a batch starting at offset {first}"
+        return None
+
+    def rebuild_indexes(self, why: str) -> None:
+        """Rebuild the offset and time indexes from the `.log` after finding the offset index corrupt.
+
+        Unlike `recover` this never truncates the `.log` and leaves producer state and the
+        transaction index alone: the data is not in question, only the hints over it. The indexes
+        cover the valid batches from the start; a read past an invalid batch scans the `.log`.
+        """
+        offset_index = self.offset_index
+        log.warning("Corrupt offset index %s: %s; rebuilding it (and %s) from %s", offset_index.path, why,
+                    self.time_index_path.name, self.log.path.name)
+        time_index = self.time_index
+        # the active segment keeps its preallocated indexes; a rolled one has them trimmed
+        preallocated = offset_index.length >= round_down(self.max_index_size, offset_index.entry_size)
+        state = self._scan_into_indexes(None, None, may_drop=False)
+        if state.failure is not None:
+            log.warning("Rebuilt index %s covers %s only up to byte %d: %s", offset_index.path, self.log.path.name,
+                        state.valid_bytes, state.failure)
+        else:
+            self._max_ts_and_offset = (state.max_ts, state.offset_of_max)
+        self.bytes_since_last_index_entry = self.log.size - state.last_index_entry
+        if not preallocated:
+            time_index.maybe_append(state.max_ts, state.offset_of_max, skip_full_check=True)
+            offset_index.trim_to_valid_size()
+            time_index.trim_to_valid_size()
 
     def read(
         self,
@@ -370,7 +506,7 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """The offset after the last batch in the segment (the base offset when empty)."""
-        position = self.offset_index.lookup(self.offset_index.last_offset).position
+        position = self.scan_position(self.offset_index.last_offset)
         next_offset = self.base_offset
         for h in self.log.batch_headers(position):
             next_offset = h.last_offset + 1
@@ -388,7 +524,7 @@ class LogSegment:
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> TimestampAndOffset | None:
         """First record with timestamp >= target at or after `starting_offset`, using both indexes."""
         ts_offset = self.time_index.lookup(timestamp)
-        position = self.offset_index.lookup(max(ts_offset.offset, starting_offset)).position
+        position = self.scan_position(max(ts_offset.offset, starting_offset))
         return self.log.search_for_timestamp(timestamp, position, starting_offset)
 
     # --- roll ----------------------------------------------------------------------------------------
@@ -440,35 +576,35 @@ class LogSegment:
     ) -> int:
         """Rebuild the indexes from the `.log`, stopping at the first invalid batch; returns bytes truncated.
 
-        A batch is valid when it frames, is v2, is at least 61 bytes, its CRC32C matches and its last
-        offset fits relative to the base offset. Everything after the first invalid batch is cut.
+        A batch is valid when it frames, is v2, is at least 61 bytes and its CRC32C matches.
+        Everything from the first invalid batch on is cut, and the bytes cut are returned (the loader
+        then drops the later segments, as Kafka does).
+
+        A valid batch whose offsets do not fit (outside the segment's range, or overlapping the batches
+        around it: a damaged base-offset field, which the CRC does not cover) is dropped alone, and the
+        batches after it are kept; see `_choose_batches`. The file is rewritten without it (through a
+        temporary file renamed over the `.log`, so a crash leaves either file whole). Dropped batches
+        are not counted as truncated, so later segments survive.
         """
         offset_index = self.offset_index
         time_index = self.time_index
-        offset_index.reset()
-        time_index.reset()
         self.txn_index.reset()
-        state = _RecoveryState(self.base_offset, self.index_interval_bytes)
-        try:
-            for window in self.log.scan_valid(0):
-                if not self._recover_window(window, state, producer_state, epoch_cache):
-                    break
-        except CorruptRecordError as exc:
-            state.failure = exc
+        state = self._scan_into_indexes(producer_state, epoch_cache)
         if state.failure is not None:
             log.warning("Found invalid messages in log segment %s at byte offset %d: %s",
                         self.log.path, state.valid_bytes, state.failure)
-        offset_index.append_many(*state.columns(state.index_offsets, state.index_positions))
-        time_index.append_many(*state.columns(state.time_stamps, state.time_offsets))
         if producer_state is not None and state.previous_last >= 0:
             # Kafka moves the map end offset past every recovered batch, not only those with a producer
             # id; without it the loader would replay the whole segment's headers a second time.
             producer_state.update_map_end_offset(state.previous_last + 1)
         valid_bytes = state.valid_bytes
-        truncated = self.log.size - valid_bytes
+        truncated = self.log.size - state.scan_end
+        if state.drops:
+            self._rewrite_without(state.drops, state.scan_end)
+        elif truncated > 0:
+            self.log.truncate_to(valid_bytes)
         if truncated > 0:
             log.warning("Truncated %d invalid bytes at the end of segment %s", truncated, self.log.path)
-            self.log.truncate_to(valid_bytes)
         max_ts, offset_of_max = state.max_ts, state.offset_of_max
         self._max_ts_and_offset = (max_ts, offset_of_max)
         offset_index.trim_to_valid_size()
@@ -477,47 +613,113 @@ class LogSegment:
         self.bytes_since_last_index_entry = valid_bytes - state.last_index_entry
         return truncated
 
+    def _scan_into_indexes(self, producer_state: RecoveryProducerState | None,
+                           epoch_cache: RecoveryEpochCache | None, may_drop: bool = True) -> _RecoveryState:
+        """Empty both indexes and refill them from the valid batches of the `.log` (the scan of `recover`)."""
+        offset_index = self.offset_index
+        time_index = self.time_index
+        offset_index.reset()
+        time_index.reset()
+        state = _RecoveryState(self.base_offset, self.index_interval_bytes)
+        state.may_drop = may_drop
+        # The last two batches of each window wait for the next window: whether a batch's offsets fit
+        # is judged against the two batches after it (see _choose_batches).
+        pending: ValidBatches | None = None
+        stopped = False
+        scan_failure: CorruptRecordError | None = None
+        try:
+            for window in self.log.scan_valid(0):
+                if pending is not None:
+                    window = _concat(pending, window)
+                if len(window.positions) <= _LOOKAHEAD:
+                    pending = window
+                    continue
+                head, pending = _split(window, len(window.positions) - _LOOKAHEAD)
+                if not self._recover_window(head, state, producer_state, epoch_cache, pending, None):
+                    stopped = True
+                    break
+        except CorruptRecordError as exc:
+            scan_failure = exc
+        if not stopped and pending is not None:
+            self._recover_window(pending, state, producer_state, epoch_cache, None, self._next_segment_base())
+        if state.failure is None:
+            state.failure = scan_failure
+        offset_index.append_many(*state.columns(state.index_offsets, state.index_positions))
+        time_index.append_many(*state.columns(state.time_stamps, state.time_offsets))
+        return state
+
     def _recover_window(self, window: ValidBatches, state: _RecoveryState,
-                        producer_state: RecoveryProducerState | None, epoch_cache: RecoveryEpochCache | None) -> bool:
+                        producer_state: RecoveryProducerState | None, epoch_cache: RecoveryEpochCache | None,
+                        lookahead: ValidBatches | None, upper_bound: int | None) -> bool:
         """Apply Kafka's per-batch recovery rules to a window of CRC-valid batches, column by column.
 
-        The rules are those of LogSegment.recover (offsets fit the segment and increase, index entries
-        every `index.interval.bytes`, the running max timestamp, epochs, producer state), evaluated with
-        numpy over the window instead of one Python step per batch. Returns False once a batch breaks a
-        rule: the batches before it are kept and `state.failure` says why.
+        The rules are those of LogSegment.recover (index entries every `index.interval.bytes`, the
+        running max timestamp, epochs, producer state), evaluated with numpy over the window instead
+        of one Python step per batch, plus the choice of the batches whose offsets fit
+        (`_choose_batches`, which looks at the first batches of `lookahead`, or at `upper_bound` at
+        the segment's end). Returns False once a batch breaks a rule: the batches before it are kept
+        and `state.failure` says why.
         """
         h = window.headers
         base_offsets = h["base_offset"].astype(np.int64)
-        deltas = h["last_offset_delta"].astype(np.int64)
-        last_offsets = base_offsets + deltas
-        relative = last_offsets - state.base
-        previous = np.concatenate(([state.previous_last], last_offsets[:-1]))
-        misfit = (relative < 0) | (relative > MAX_RELATIVE_OFFSET) | (base_offsets < state.base) | (deltas < 0)
-        bad = misfit | (last_offsets <= previous)
+        last_offsets = base_offsets + h["last_offset_delta"].astype(np.int64)
+        ahead = lookahead.headers[:_LOOKAHEAD] if lookahead is not None else h[:0]
+        ahead_bases = ahead["base_offset"].astype(np.int64)
+        ahead_lasts = ahead_bases + ahead["last_offset_delta"].astype(np.int64)
+        total = len(base_offsets)
+        keep = _choose_batches(np.concatenate((base_offsets, ahead_bases)), np.concatenate((last_offsets, ahead_lasts)),
+                               total, state.previous_last, state.base, upper_bound)
+        end_file = int(window.positions[-1] + window.sizes[-1])  # in the file as scanned
+        if keep is not None and not state.may_drop:
+            i = int(np.argmin(keep))
+            state.failure = CorruptRecordError(
+                f"batch offsets {int(base_offsets[i])}..{int(last_offsets[i])} at byte {int(window.positions[i])} "
+                f"of {self.log.path} do not fit between the batches around it")
+            end_file = int(window.positions[i])
+            keep = np.arange(total) < i
+        file_positions = window.positions if keep is None else window.positions[keep]
+        sizes = window.sizes if keep is None else window.sizes[keep]
+        if keep is not None:
+            h, base_offsets, last_offsets = h[keep], base_offsets[keep], last_offsets[keep]
         n = len(last_offsets)
-        if bad.any():
-            n = int(bad.argmax())
-            first, last = int(base_offsets[n]), int(last_offsets[n])
-            if misfit[n]:
-                state.failure = CorruptRecordError(f"batch offsets {first}..{last} do not fit segment base "
-                                                   f"{state.base}")
-            else:
-                state.failure = CorruptRecordError(f"batch offsets {first}..{last} do not follow {int(previous[n])}")
         if producer_state is not None:
-            wanted = np.flatnonzero((h["producer_id"][:n] >= 0) | (h["attributes"][:n] & CONTROL_FLAG_MASK != 0))
+            wanted = np.flatnonzero((h["producer_id"] >= 0) | (h["attributes"] & CONTROL_FLAG_MASK != 0))
             for i in wanted.tolist():
                 try:
-                    self._recover_producer_state(producer_state, int(window.positions[i]), int(window.sizes[i]),
-                                                 window.header_bytes(i))
+                    self._recover_producer_state(producer_state, int(file_positions[i]), int(sizes[i]),
+                                                 h[i : i + 1].tobytes())
                 except (CorruptRecordError, InvalidRecordError) as exc:
                     state.failure = exc  # Kafka keeps the batch that broke the producer state, drops the rest
                     n = i + 1
+                    end_file = int(file_positions[i] + sizes[i])
                     break
+        if keep is not None and state.may_drop:
+            for i in np.flatnonzero(~keep).tolist():
+                position, size = int(window.positions[i]), int(window.sizes[i])
+                if position >= end_file:
+                    break
+                earlier = last_offsets[file_positions < position]
+                before = int(earlier[-1]) if len(earlier) else state.previous_last
+                log.warning("Dropping the record batch at byte %d of %s: its offsets %d..%d do not fit between the "
+                            "batches around it (the batch before it ends at offset %d)", position, self.log.path,
+                            int(window.headers["base_offset"][i]),
+                            int(window.headers["base_offset"][i]) + int(window.headers["last_offset_delta"][i]),
+                            before)
+                state.drops.append((position, size))
+        dropped_before = np.zeros(n, dtype=np.int64)
+        if state.drops:
+            starts = np.array([d[0] for d in state.drops], dtype=np.int64)
+            ends = np.cumsum([d[1] for d in state.drops], dtype=np.int64)
+            k = np.searchsorted(starts, file_positions[:n])
+            dropped_before = np.where(k > 0, ends[np.maximum(k - 1, 0)], 0)
+            state.dropped_bytes = int(ends[-1])
+        state.scan_end = end_file
+        state.valid_bytes = end_file - state.dropped_bytes
         if n == 0:
-            return False
+            return state.failure is None
         if epoch_cache is not None:
             self._recover_epochs(epoch_cache, h["partition_leader_epoch"][:n].astype(np.int64), base_offsets[:n])
-        positions = window.positions[:n]
+        positions = file_positions[:n] - dropped_before  # where the batches are once the dropped ones are gone
         last_offsets = last_offsets[:n]
         # running max timestamp (strictly greater replaces) and the last offset of the batch that set it
         stamps = h["max_timestamp"][:n].astype(np.int64)
@@ -538,8 +740,52 @@ class LogSegment:
                 state.last_time_stamp = int(state.time_stamps[-1][-1])
         state.max_ts, state.offset_of_max = int(running[-1]), int(offset_of_max[-1])
         state.previous_last = int(last_offsets[-1])
-        state.valid_bytes = int(positions[-1] + window.sizes[n - 1])
         return state.failure is None
+
+    def _next_segment_base(self) -> int | None:
+        """The base offset of the next segment in the directory, which no batch of this one may reach."""
+        suffix = names.LOG_SUFFIX + self._suffix
+        best = None
+        with os.scandir(self.dir) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.endswith(suffix) and name.count(".") == suffix.count("."):
+                    try:
+                        base = names.offset_from_file_name(name)
+                    except ValueError:
+                        continue
+                    if base > self.base_offset and (best is None or base < best):
+                        best = base
+        return best
+
+    def _rewrite_without(self, drops: list[tuple[int, int]], end: int) -> None:
+        """Rewrite the `.log` up to byte `end` without the dropped batches: into a temporary file that is
+        then renamed over the `.log` (the loader deletes a `.tmp` left by a crash; the `.log` is whole)."""
+        path = self.log.path
+        tmp = path.with_name(path.name + ".recovered.tmp")
+        source = self.log.fd
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            position = 0
+            for start, size in [*drops, (end, 0)]:
+                while position < start:
+                    chunk = os.pread(source, min(start - position, 1 << 22), position)
+                    if not chunk:
+                        raise CorruptRecordError(f"{path} ended at byte {position} while it was being rewritten")
+                    os.write(out, chunk)
+                    position += len(chunk)
+                position = start + size
+            os.fsync(out)
+        finally:
+            os.close(out)
+        self.log.close_handlers()
+        os.replace(tmp, path)
+        self.log = FileRecords(path)
+        dir_fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # make the rename durable (if lost, the next recovery just drops the batch again)
+        finally:
+            os.close(dir_fd)
 
     @staticmethod
     def _recover_epochs(epoch_cache: RecoveryEpochCache, epochs: np.ndarray, base_offsets: np.ndarray) -> None:
@@ -591,11 +837,36 @@ class LogSegment:
         return removed
 
     def sanity_check(self, time_index_file_exists: bool) -> None:
-        """Load-time check (Kafka 2.3+): the offset index must exist; the txn index must be sane."""
+        """Load-time check: the offset index must exist and be sane; the txn index must be sane.
+
+        Kafka 2.3+ checks only that the offset index exists and trusts its content. Here Kafka's
+        older `sanityCheck` of both indexes runs too (whole entries, last offset not below the base,
+        time stamps not falling), plus a check that the offset index's last entry points at a batch
+        of the `.log` that starts at or before its offset: that costs one 61-byte read, and catches
+        garbage appended to an index or a stray swap file renamed over it, which Kafka would trust
+        and then skip data with; such an index is rebuilt on the spot. A CorruptIndexError (Kafka's
+        checks) makes the loader recover the segment, as in Kafka.
+        """
         if not self.offset_index_path.exists():
             raise FileNotFoundError(f"offset index file {self.offset_index_path} does not exist")
         if not time_index_file_exists:
             self.time_index.resize(0)
+        if self._offset_index is None:
+            last = OffsetIndex.check_file(self.offset_index_path, self.base_offset)
+        else:
+            self._offset_index.sanity_check()
+            n = self._offset_index.entries
+            last = self._offset_index.entry(n - 1) if n else None
+        if last is not None:
+            problem = self._entry_problem(last.offset, last.position)
+            if problem is not None:
+                # rebuilt here, without truncating: the damage may be in the `.log` at that byte, which is
+                # recovery's business (it cuts there and drops later segments), not the index check's
+                self.rebuild_indexes(f"its last entry ({last.offset} -> byte {last.position}) {problem}")
+        if self._time_index is not None:
+            self._time_index.sanity_check()
+        elif time_index_file_exists:
+            TimeIndex.check_file(self.time_index_path, self.base_offset)
         self.txn_index.sanity_check()
 
     def reset_roll_state(self) -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
 from kafkalite.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
-from kafkalite.storage.index_base import IndexBase
+from kafkalite.storage.index_base import IndexBase, check_length, peek_file
 
 NO_TIMESTAMP = -1
 
@@ -110,6 +111,25 @@ class TimeIndex(IndexBase):
         """
         _, offsets = self._columns()
         self._truncate_to_entries(bisect_left(offsets, offset - self.base_offset))
+
+    @classmethod
+    def check_file(cls, path: Path, base_offset: int) -> None:
+        """Kafka's sanity check of a time index file on disk, without mapping it."""
+        length, first, last = peek_file(path, cls.entry_size)
+        check_length(path, length, cls.entry_size)
+        if last:
+            first_timestamp = cls._entry.unpack(first)[0]
+            timestamp, relative = cls._entry.unpack(last)
+            if timestamp < first_timestamp:
+                raise CorruptIndexError(
+                    f"corrupt time index found, time index file {path} has non-zero size but the last "
+                    f"timestamp is {timestamp} which is less than the first timestamp {first_timestamp}"
+                )
+            if relative < 0:
+                raise CorruptIndexError(
+                    f"corrupt time index found, time index file {path} has non-zero size but the last "
+                    f"offset is {base_offset + relative} which is less than the base offset {base_offset}"
+                )
 
     def sanity_check(self) -> None:
         """Cheap structural checks; a failure means the segment's index must be rebuilt from the `.log`."""
