@@ -181,7 +181,7 @@ class Cleaner:
 
     def _map_segment(self, tp: TopicPartition, seg: LogSegment, offset_map: OffsetMap, start: int,
                      next_start: int, txn: CleanedTransactionMetadata, stats: CleanerStats, limit: int) -> bool:
-        position = seg.offset_index.lookup(start).position
+        position = seg.scan_position(start)
         size = seg.size
         while position < size:
             self.check_done(tp)

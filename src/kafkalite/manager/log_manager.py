@@ -59,7 +59,7 @@ TopicPartition = tuple[str, int]
 DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 # What one new partition keeps open: its active segment's .log, .index and .timeindex (an upper bound:
 # index files that are only mapped hold none).
-FDS_PER_PARTITION = 3
+FDS_PER_PARTITION = 1  # the .log; mapped indexes hold none (index_base.FileMapping), the txn index rarely
 REOPEN_HEADROOM = 64  # free descriptors needed before a set-aside log is reopened (and recovered)
 
 
@@ -69,7 +69,7 @@ def is_descriptor_exhaustion(exc: BaseException) -> bool:
 
 def descriptor_advice(exc: BaseException) -> str:
     return (f"the broker ran out of file descriptors ({exc}); every partition keeps about {FDS_PER_PARTITION} "
-            "files open: raise the open file limit (ulimit -n, or LimitNOFILE= for systemd) and restart")
+            "open file(s): raise the open file limit (ulimit -n, or LimitNOFILE= for systemd) and restart")
 
 
 def open_descriptors() -> tuple[int, int]:

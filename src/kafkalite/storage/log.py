@@ -810,7 +810,7 @@ class Log:
         if best is None or best.max_timestamp_so_far < 0:
             return None
         max_ts = best.max_timestamp_so_far
-        position = best.offset_index.lookup(best.shallow_offset_of_max_timestamp_so_far).position
+        position = best.scan_position(best.shallow_offset_of_max_timestamp_so_far)
         for pos, batch in best.log.batches(position):
             if batch.max_timestamp == max_ts:
                 epoch = batch.partition_leader_epoch

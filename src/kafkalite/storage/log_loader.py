@@ -320,7 +320,7 @@ def rebuild_producer_state(psm: ProducerStateManager, segments: SegmentMap, log_
             if base >= last_offset:
                 break
             segment = segments[base]
-            position = segment.offset_index.lookup(start).position if base <= start else 0
+            position = segment.scan_position(start) if base <= start else 0
             for pos, size, view in segment.log.iter_views(position, with_body=False):
                 header = HEADER.unpack_from(view)
                 b_base, last = header[0], header[0] + header[6]
