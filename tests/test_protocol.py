@@ -326,7 +326,7 @@ def test_uuid_inputs() -> None:
 
 
 def test_messages_are_declared_once_per_key() -> None:
-    assert len(MESSAGES) == 24
+    assert len(MESSAGES) == 25
     assert all(msg.api_key == key for key, msg in MESSAGES.items())
 
 
