@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 
 import pytest
 from kafka import KafkaConsumer
@@ -21,6 +22,8 @@ from tests.brokerutil import BrokerProcess
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Producer  # noqa: E402
 
+# Record timestamps within retention.ms (7 days): older ones are deleted by the broker's retention pass.
+RECENT = (int(time.time()) - 3600) * 1000
 COMMANDS = ["produce", "consume", "topics", "groups", "configs", "get-offsets", "delete-records", "log-dirs"]
 
 
@@ -107,7 +110,7 @@ def test_configs_describe_alter_delete(broker, admin):
 def test_get_offsets_and_delete_records(broker, tmp_path):
     bs = ["--bootstrap-server", broker.bootstrap]
     assert kl("topics", *bs, "--create", "--topic", "offs", "--partitions", "2").returncode == 0
-    t0 = 1_700_000_000_000
+    t0 = RECENT
     produce(broker, "offs", 0, [str(i) for i in range(10)], [t0 + i * 1000 for i in range(10)])
     produce(broker, "offs", 1, [str(i) for i in range(5)], [t0 + 100_000 - i for i in range(5)])
     r = kl("get-offsets", *bs, "--topic", "offs")
@@ -146,7 +149,7 @@ def test_parse_offset_json_names_what_is_wrong():
 def test_groups_reset_offsets_and_delete(broker, admin):
     bs = ["--bootstrap-server", broker.bootstrap]
     assert kl("topics", *bs, "--create", "--topic", "rst", "--partitions", "2").returncode == 0
-    produce(broker, "rst", 0, [str(i) for i in range(10)], [1_700_000_000_000 + i * 1000 for i in range(10)])
+    produce(broker, "rst", 0, [str(i) for i in range(10)], [RECENT + i * 1000 for i in range(10)])
     produce(broker, "rst", 1, [str(i) for i in range(6)])
     admin.alter_group_offsets("rg", {KTP("rst", 0): OffsetAndMetadata(7, "", -1),
                                      KTP("rst", 1): OffsetAndMetadata(3, "", -1)})
@@ -167,8 +170,8 @@ def test_groups_reset_offsets_and_delete(broker, admin):
     assert r.returncode == 0 and committed() == {0: 2, 1: 1}
     r = kl("groups", *bs, "--reset-offsets", "--group", "rg", "--topic", "rst", "--to-offset", "8", "--execute")
     assert r.returncode == 0 and committed() == {0: 8, 1: 6}  # clamped to the log end
-    r = kl("groups", *bs, "--reset-offsets", "--group", "rg", "--topic", "rst:0", "--to-datetime",
-           "2023-11-14T22:13:23.500Z", "--execute")  # 1700000003500 ms
+    when = datetime.fromtimestamp((RECENT + 3500) / 1000, UTC).isoformat(timespec="milliseconds")
+    r = kl("groups", *bs, "--reset-offsets", "--group", "rg", "--topic", "rst:0", "--to-datetime", when, "--execute")
     assert r.returncode == 0 and committed() == {0: 4, 1: 6}, r.stdout + r.stderr
     r = kl("groups", *bs, "--reset-offsets", "--group", "rg", "--to-earliest", "--execute")
     assert r.returncode == 2 and "--all-topics" in r.stderr
