@@ -230,3 +230,32 @@ def test_consume_group_commits_and_shares_partitions_with_kafka_python(broker):
     by_partition = {i: partition_for_key(f"k{i}".encode(), 4) for i in range(200)}
     assert sorted(seen) == sorted(i for i, p in by_partition.items() if p in mine)
     assert sorted(printed) == sorted(i for i, p in by_partition.items() if p not in mine)
+
+
+def test_ctrl_c_commits_what_was_printed_and_leaves_the_group(broker):
+    import signal
+
+    bs = ["--bootstrap-server", broker.bootstrap]
+    assert kl("topics", *bs, "--create", "--topic", "interrupted", "--partitions", "2").returncode == 0
+    assert kl("produce", *bs, "--topic", "interrupted", stdin="".join(f"{i}\n" for i in range(50))).returncode == 0
+    cli = subprocess.Popen([sys.executable, "-m", "kafkalite.cli.main", "consume", *bs, "--topic", "interrupted",
+                            "--group", "g3", "--from-beginning", "--timeout-ms", "60000"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while "console-consumer" not in kl("groups", *bs, "--describe", "--group", "g3").stdout:
+            assert time.monotonic() < deadline, "the console consumer did not join"
+            time.sleep(0.3)
+        time.sleep(1)
+        cli.send_signal(signal.SIGINT)
+        out, err = cli.communicate(timeout=30)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == 0 and "Processed a total of 50 messages" in err, err
+    assert sorted(map(int, out.split())) == list(range(50))
+    r = kl("groups", *bs, "--describe", "--group", "g3")
+    assert "has no active members" in r.stdout, r.stdout
+    rows = [line.split() for line in r.stdout.splitlines() if line.startswith("g3 ")]
+    assert sum(int(row[3]) for row in rows if row[3] != "-") == 50 and {row[5] for row in rows} <= {"0", "-"}, rows

@@ -116,6 +116,7 @@ class KafkaClient:
         self._sock = sock
         self._correlation = 0
         self._inflight: deque[tuple[int, int, int]] = deque()  # (correlation id, api, version) awaiting an answer
+        self._broken = ""  # why the byte stream can no longer be trusted, once a send or read was cut short
         self.versions: dict[int, int] = {}
         self._negotiate()
 
@@ -147,12 +148,23 @@ class KafkaClient:
 
     def send(self, api: int, body: dict[str, Any], version: int | None = None, expect_response: bool = True) -> int:
         """Send a request without waiting; `receive` returns the answers in the order sent."""
+        if self._broken:
+            raise ConnectionError(f"the connection to {self.host}:{self.port} is unusable after {self._broken}")
         v = self.versions.get(api, 0) if version is None else version
         self._correlation += 1
-        self._sock.sendall(encode_request(api, v, self._correlation, self.client_id, body))
+        try:
+            self._sock.sendall(encode_request(api, v, self._correlation, self.client_id, body))
+        except BaseException:
+            self._broken = "an interrupted send"
+            raise
         if expect_response:
             self._inflight.append((self._correlation, api, v))
         return self._correlation
+
+    @property
+    def broken(self) -> bool:
+        """True once a send or read was cut short (e.g. by Ctrl-C): no further request can be framed."""
+        return bool(self._broken)
 
     @property
     def pending(self) -> int:
@@ -162,8 +174,13 @@ class KafkaClient:
     def receive(self) -> dict[str, Any]:
         """The answer to the oldest request sent and not yet received."""
         correlation, api, v = self._inflight.popleft()
-        size = _SIZE.unpack(self._recv_exact(4))[0]
-        got, out = decode_response(api, v, self._recv_exact(size))
+        try:
+            size = _SIZE.unpack(self._recv_exact(4))[0]
+            frame = self._recv_exact(size)
+        except BaseException:  # e.g. Ctrl-C mid-read: the stream position is lost
+            self._broken = "an interrupted read"
+            raise
+        got, out = decode_response(api, v, frame)
         if got != correlation:
             raise ConnectionError(f"response correlation id {got} != request {correlation}")
         return out

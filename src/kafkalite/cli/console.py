@@ -263,11 +263,13 @@ def run_consume(args: Any) -> int:
                 if (host, port) != (client.host, client.port):
                     coordinator = KafkaClient(f"{host}:{port}", client_id="console-consumer")
                 member = GroupMember(coordinator, args.group, [args.topic], "console-consumer")
+            printed: dict[tuple[str, int], int] = {}  # next offset after what was printed, to commit
             try:
-                count = _consume(client, member, args, formatter, partitions)
+                count = _consume(client, member, args, formatter, partitions, printed)
             finally:
                 if member is not None:
-                    member.leave()
+                    _commit_and_leave(member, printed)
+                    member.client.close()
                 if coordinator is not client:
                     coordinator.close()
     except KafkaClientError as exc:
@@ -304,11 +306,26 @@ def _positions(client: KafkaClient, member: GroupMember | None, args: Any, parti
     return start
 
 
+def _commit_and_leave(member: GroupMember, printed: dict[tuple[str, int], int]) -> None:
+    """At exit, also after Ctrl-C cut a request short (then over a new connection to the coordinator)."""
+    if not member.member_id:
+        return
+    try:
+        if member.client.broken:
+            member.client = KafkaClient(member.client.address, client_id=member.client_id)
+        member.commit(printed)
+    except (OSError, KafkaClientError) as exc:
+        print(f"Warning: offsets of what was printed were not committed: {exc}", file=sys.stderr)
+    try:
+        member.leave()
+    except (OSError, KafkaClientError) as exc:
+        print(f"Warning: could not leave group {member.group}: {exc}", file=sys.stderr)
+
+
 def _consume(client: KafkaClient, member: GroupMember | None, args: Any, formatter: Formatter,
-             partitions: int) -> int:
+             partitions: int, printed: dict[tuple[str, int], int]) -> int:
     out = sys.stdout.buffer
     positions = _positions(client, member, args, partitions)
-    printed: dict[tuple[str, int], int] = {}  # next offset after what was printed, to commit
     count = 0
     idle_since = time.monotonic()
     try:
@@ -349,7 +366,7 @@ def _consume(client: KafkaClient, member: GroupMember | None, args: Any, formatt
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > args.timeout_ms / 1000:
                 return count
+    except KeyboardInterrupt:
+        return count  # Ctrl-C ends a console consumer normally: commit, leave, print the total
     finally:
         out.flush()
-        if member is not None and member.member_id:
-            member.commit(printed)
