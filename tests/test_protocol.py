@@ -58,7 +58,7 @@ def test_supported_versions_cover_the_brief() -> None:
         ApiKey.DELETE_RECORDS: (0, 2), ApiKey.DESCRIBE_CONFIGS: (0, 4), ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         ApiKey.ALTER_CONFIGS: (0, 2), ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
         ApiKey.CREATE_PARTITIONS: (0, 3), ApiKey.DESCRIBE_GROUPS: (0, 5), ApiKey.LIST_GROUPS: (0, 4),
-        ApiKey.DELETE_GROUPS: (0, 2), ApiKey.DESCRIBE_CLUSTER: (0, 1),
+        ApiKey.DELETE_GROUPS: (0, 2), ApiKey.DESCRIBE_CLUSTER: (0, 1), ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
     }
     assert expected == SUPPORTED_VERSIONS
 
@@ -327,7 +327,7 @@ def test_uuid_inputs() -> None:
 
 
 def test_messages_are_declared_once_per_key() -> None:
-    assert len(MESSAGES) == 26
+    assert len(MESSAGES) == 27
     assert all(msg.api_key == key for key, msg in MESSAGES.items())
 
 

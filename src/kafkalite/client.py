@@ -116,6 +116,7 @@ class KafkaClient:
         self._sock = sock
         self._correlation = 0
         self._inflight: deque[tuple[int, int, int]] = deque()  # (correlation id, api, version) awaiting an answer
+        self._broken = ""  # why the byte stream can no longer be trusted, once a send or read was cut short
         self.versions: dict[int, int] = {}
         self._negotiate()
 
@@ -147,12 +148,23 @@ class KafkaClient:
 
     def send(self, api: int, body: dict[str, Any], version: int | None = None, expect_response: bool = True) -> int:
         """Send a request without waiting; `receive` returns the answers in the order sent."""
+        if self._broken:
+            raise ConnectionError(f"the connection to {self.host}:{self.port} is unusable after {self._broken}")
         v = self.versions.get(api, 0) if version is None else version
         self._correlation += 1
-        self._sock.sendall(encode_request(api, v, self._correlation, self.client_id, body))
+        try:
+            self._sock.sendall(encode_request(api, v, self._correlation, self.client_id, body))
+        except BaseException:
+            self._broken = "an interrupted send"
+            raise
         if expect_response:
             self._inflight.append((self._correlation, api, v))
         return self._correlation
+
+    @property
+    def broken(self) -> bool:
+        """True once a send or read was cut short (e.g. by Ctrl-C): no further request can be framed."""
+        return bool(self._broken)
 
     @property
     def pending(self) -> int:
@@ -162,8 +174,13 @@ class KafkaClient:
     def receive(self) -> dict[str, Any]:
         """The answer to the oldest request sent and not yet received."""
         correlation, api, v = self._inflight.popleft()
-        size = _SIZE.unpack(self._recv_exact(4))[0]
-        got, out = decode_response(api, v, self._recv_exact(size))
+        try:
+            size = _SIZE.unpack(self._recv_exact(4))[0]
+            frame = self._recv_exact(size)
+        except BaseException:  # e.g. Ctrl-C mid-read: the stream position is lost
+            self._broken = "an interrupted read"
+            raise
+        got, out = decode_response(api, v, frame)
         if got != correlation:
             raise ConnectionError(f"response correlation id {got} != request {correlation}")
         return out
@@ -222,7 +239,146 @@ class KafkaClient:
             raise KafkaClientError(res["error_code"], res.get("error_message") or name)
         return res["configs"]
 
+    def describe_configs(self, resource_type: int, name: str) -> list[dict[str, Any]]:
+        """Every config entry of a resource (2 = topic, 4 = broker), as DescribeConfigs answers."""
+        body = {"resources": [{"resource_type": resource_type, "resource_name": name, "configuration_keys": None}]}
+        res = self.request(ApiKey.DESCRIBE_CONFIGS, body)["results"][0]
+        if res["error_code"]:
+            raise KafkaClientError(res["error_code"], res.get("error_message") or name)
+        return res["configs"]
+
+    def incremental_alter_configs(self, resource_type: int, name: str,
+                                  ops: Sequence[tuple[str, int, str | None]]) -> None:
+        """IncrementalAlterConfigs of one resource: (config name, operation 0 set / 1 delete, value)."""
+        body = {"resources": [{"resource_type": resource_type, "resource_name": name,
+                               "configs": [{"name": k, "config_operation": op, "value": v} for k, op, v in ops]}],
+                "validate_only": False}
+        res = self.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, body)["responses"][0]
+        if res["error_code"]:
+            raise KafkaClientError(res["error_code"], res.get("error_message") or name)
+
+    def create_partitions(self, topic: str, count: int) -> None:
+        """Grow `topic` to `count` partitions (CreatePartitions)."""
+        body = {"topics": [{"name": topic, "count": count, "assignments": None}],
+                "timeout_ms": int(self.timeout_s * 1000), "validate_only": False}
+        res = self.request(ApiKey.CREATE_PARTITIONS, body)["results"][0]
+        if res["error_code"]:
+            raise KafkaClientError(res["error_code"], res.get("error_message") or topic)
+
+    def delete_records(self, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], dict[str, Any]]:
+        """DeleteRecords before each partition's offset (-1: the high watermark); each answer as given."""
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), offset in offsets.items():
+            topics.setdefault(topic, []).append({"partition_index": partition, "offset": offset})
+        body = {"topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                "timeout_ms": int(self.timeout_s * 1000)}
+        res = self.request(ApiKey.DELETE_RECORDS, body)
+        return {(t["name"], p["partition_index"]): p for t in res["topics"] for p in t["partitions"]}
+
+    def partition_count(self, topic: str, auto_create: bool = False, wait_s: float = 5.0) -> int:
+        """How many partitions `topic` has; with `auto_create`, asks the broker to create it if it may
+        (Metadata allow_auto_topic_creation), retrying while its leaders are not elected yet."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            t = next(iter(self.metadata([topic], allow_auto_topic_creation=auto_create)["topics"]))
+            code = t["error_code"]
+            if code == ErrorCode.NONE and t["partitions"] and not any(p["error_code"] for p in t["partitions"]):
+                return len(t["partitions"])
+            if code not in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE) or time.monotonic() > deadline:
+                raise KafkaClientError(code or ErrorCode.LEADER_NOT_AVAILABLE, topic)
+            time.sleep(0.1)
+
+    # --- groups ---------------------------------------------------------------------------------
+
+    def find_coordinator(self, group: str) -> tuple[str, int]:
+        """host, port of `group`'s coordinator."""
+        v = self.versions.get(ApiKey.FIND_COORDINATOR, 0)
+        res = self.request(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0, "coordinator_keys": [group]})
+        if v >= 4:
+            res = res["coordinators"][0]
+        if res["error_code"]:
+            raise KafkaClientError(res["error_code"], res.get("error_message") or f"coordinator of {group}")
+        return res["host"], res["port"]
+
+    def offset_fetch(self, group: str, partitions: Mapping[str, Sequence[int]] | None = None
+                     ) -> dict[tuple[str, int], int]:
+        """Committed offsets of `group` (every partition it has one for when `partitions` is None)."""
+        topics = None if partitions is None else [{"name": t, "partition_indexes": list(ps)}
+                                                   for t, ps in partitions.items()]
+        res = self.request(ApiKey.OFFSET_FETCH, {"group_id": group, "topics": topics, "require_stable": False,
+                                                 "groups": [{"group_id": group, "topics": topics}]})
+        if "groups" in res:
+            g = res["groups"][0]
+            code, got = g.get("error_code", 0), g.get("topics", [])
+        else:
+            code, got = res.get("error_code", 0), res.get("topics", [])
+        if code:
+            raise KafkaClientError(code, f"OffsetFetch of group {group}")
+        out = {}
+        for t in got:
+            for p in t["partitions"]:
+                if p["error_code"]:
+                    raise KafkaClientError(p["error_code"], f"{t['name']}-{p['partition_index']} of group {group}")
+                if p["committed_offset"] >= 0:
+                    out[(t["name"], p["partition_index"])] = p["committed_offset"]
+        return out
+
+    def offset_commit(self, group: str, offsets: Mapping[tuple[str, int], int], generation: int = -1,
+                      member_id: str = "") -> dict[tuple[str, int], int]:
+        """Commit offsets for `group`; error code per partition (0 = committed)."""
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), offset in offsets.items():
+            topics.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
+                                                 "committed_metadata": ""})
+        body = {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member_id,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+        res = self.request(ApiKey.OFFSET_COMMIT, body)
+        return {(t["name"], p["partition_index"]): p["error_code"] for t in res["topics"] for p in t["partitions"]}
+
+    def describe_group(self, group: str) -> dict[str, Any]:
+        g = self.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group], "include_authorized_operations": False})
+        g = g["groups"][0]
+        if g["error_code"]:
+            raise KafkaClientError(g["error_code"], group)
+        return g
+
+    def delete_groups(self, groups: Sequence[str]) -> dict[str, int]:
+        res = self.request(ApiKey.DELETE_GROUPS, {"groups_names": list(groups)})
+        return {r["group_id"]: r["error_code"] for r in res["results"]}
+
+    # --- log dirs -------------------------------------------------------------------------------
+
+    def describe_log_dirs(self, topics: Mapping[str, Sequence[int]] | None = None) -> list[dict[str, Any]]:
+        """DescribeLogDirs: every log dir with its partitions (all of them when `topics` is None)."""
+        body = {"topics": None if topics is None else [{"topic": t, "partitions": list(ps)}
+                                                       for t, ps in topics.items()]}
+        res = self.request(ApiKey.DESCRIBE_LOG_DIRS, body)
+        if res.get("error_code"):
+            raise KafkaClientError(res["error_code"], "DescribeLogDirs")
+        return res["results"]
+
     # --- data -----------------------------------------------------------------------------------
+
+    def produce_many(self, batches: Mapping[tuple[str, int], bytes], acks: int = -1
+                     ) -> dict[tuple[str, int], dict[str, Any]]:
+        """One Produce request carrying a batch per partition; each partition's answer as the broker gave it."""
+        body = produce_request({tp: [b] for tp, b in batches.items()}, acks=acks,
+                               timeout_ms=int(self.timeout_s * 1000))
+        if acks == 0:
+            self.request(ApiKey.PRODUCE, body, expect_response=False)
+            return {}
+        res = self.request(ApiKey.PRODUCE, body)
+        return {(t["name"], p["index"]): p for t in res["responses"] for p in t["partition_responses"]}
+
+    def fetch_many(self, positions: Mapping[tuple[str, int], int], partition_max_bytes: int = 1 << 20,
+                   max_wait_ms: int = 500) -> dict[tuple[str, int], tuple[dict[str, Any], bytes]]:
+        """One Fetch for many partitions: (partition answer, its record bytes) per partition."""
+        body = fetch_request([(t, p, off, partition_max_bytes) for (t, p), off in positions.items()],
+                             max_bytes=max(partition_max_bytes * len(positions), 1 << 20), max_wait_ms=max_wait_ms)
+        res = self.request(ApiKey.FETCH, body)
+        return {(t["topic"], p["partition_index"]): (p, bytes(p.get("records") or b""))
+                for t in res["responses"] for p in t["partitions"]}
+
 
     def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> dict[str, Any]:
         body = produce_request({(topic, partition): [batch]}, acks=acks, timeout_ms=int(self.timeout_s * 1000))

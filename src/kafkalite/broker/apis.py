@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -80,6 +81,7 @@ class KafkaApis:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
             ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
+            ApiKey.DESCRIBE_LOG_DIRS: self.describe_log_dirs,
         }
         if coordinator is not None:
             self._handlers[ApiKey.FIND_COORDINATOR] = self.find_coordinator
@@ -552,6 +554,44 @@ class KafkaApis:
         else:
             raise InvalidRequestError(f"Unknown config operation {op}")
         return configs
+
+    # --- log dirs ---------------------------------------------------------------------------------
+
+    async def describe_log_dirs(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        """Each log dir with the partitions it holds (all, or those asked for) and their sizes in bytes.
+
+        An offline dir answers KAFKA_STORAGE_ERROR with no partitions, as Kafka does; the volume's total and
+        usable bytes (v4) come from statvfs. Every replica is current (no AlterReplicaLogDirs futures) and
+        the only replica, so each offset lag is 0."""
+        requested = body.get("topics")
+        wanted: dict[str, set[int]] | None = None
+        if requested is not None:
+            wanted = {}
+            for t in requested:
+                wanted.setdefault(t["topic"], set()).update(t.get("partitions", []))
+        by_dir: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for lg in self.replicas.logs.all_logs():
+            if wanted is not None and lg.partition not in wanted.get(lg.topic, ()):
+                continue
+            by_dir.setdefault(str(lg.dir.parent), {}).setdefault(lg.topic, []).append(
+                {"partition_index": lg.partition, "partition_size": lg.size, "offset_lag": 0, "is_future_key": False})
+        results = []
+        for d in self.replicas.logs.dirs:
+            path = str(d.path)
+            res: dict[str, Any] = {"error_code": E.NONE, "log_dir": path, "topics": [], "total_bytes": -1,
+                                   "usable_bytes": -1}
+            if d.offline:
+                res["error_code"] = E.KAFKA_STORAGE_ERROR
+            else:
+                try:
+                    usage = shutil.disk_usage(path)
+                    res.update(total_bytes=usage.total, usable_bytes=usage.free)
+                except OSError as exc:
+                    log.warning("DescribeLogDirs: cannot stat %s: %s", path, exc)
+                res["topics"] = [{"name": t, "partitions": sorted(ps, key=lambda p: p["partition_index"])}
+                                 for t, ps in sorted(by_dir.get(path, {}).items())]
+            results.append(res)
+        return {"throttle_time_ms": 0, "error_code": E.NONE, "results": results}
 
     # --- groups -----------------------------------------------------------------------------------
 

@@ -1,30 +1,56 @@
-"""`kafkalite groups`: list consumer groups and describe their members, offsets and lag on a running broker,
-like kafka-consumer-groups.sh."""
+"""`kafkalite groups`: list consumer groups, describe their members, offsets and lag, reset their offsets and
+delete them on a running broker, like kafka-consumer-groups.sh."""
 
 from __future__ import annotations
 
+import sys
+from datetime import datetime
 from typing import Any
 
+from kafkalite.cli.common import UsageError
 from kafkalite.client import KafkaClient, KafkaClientError
 from kafkalite.coordinator import compute_lag
 from kafkalite.coordinator.consumer_protocol import decode_assignment
 from kafkalite.coordinator.lag import Owner
-from kafkalite.protocol import ApiKey
+from kafkalite.protocol import ApiKey, ErrorCode
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("groups", help="list and describe consumer groups (like kafka-consumer-groups.sh)")
-    p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    p = sub.add_parser("groups", help="list, describe, reset and delete consumer groups "
+                                      "(like kafka-consumer-groups.sh)")
+    p.add_argument("--bootstrap-server", default="127.0.0.1:9092",
+                   help="host:port of a broker to connect to (comma-separated list; default 127.0.0.1:9092)")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true")
     action.add_argument("--describe", action="store_true")
+    action.add_argument("--reset-offsets", action="store_true",
+                        help="set the committed offsets of an inactive group (plan only unless --execute)")
+    action.add_argument("--delete", action="store_true", help="delete inactive groups with their offsets")
     p.add_argument("--group", action="append", default=[], help="group id (repeatable; default every group)")
+    p.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P2]",
+                   help="--reset-offsets: topic, optionally with partitions (repeatable)")
+    p.add_argument("--all-topics", action="store_true", help="--reset-offsets: every topic the group has offsets in")
+    to = p.add_mutually_exclusive_group()
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-current", action="store_true")
+    to.add_argument("--to-offset", type=int, metavar="N")
+    to.add_argument("--shift-by", type=int, metavar="N", help="move the committed offsets by N (may be negative)")
+    to.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss[Z|+hh:mm]",
+                    help="first offset at or after this time (local time without a zone)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="print the plan only (the default)")
+    mode.add_argument("--execute", action="store_true", help="commit the plan")
     p.set_defaults(func=run)
 
 
 def run(args: Any) -> int:
     try:
         with KafkaClient(args.bootstrap_server, client_id="kafkalite-groups") as client:
+            if args.delete:
+                return delete(client, args.group)
+            if args.reset_offsets:
+                return reset_offsets(client, args)
             groups = client.request(ApiKey.LIST_GROUPS, {"states_filter": []})
             if groups["error_code"]:
                 raise KafkaClientError(groups["error_code"], "ListGroups")
@@ -38,6 +64,9 @@ def run(args: Any) -> int:
                 if i:
                     print()
                 describe(client, group)
+    except UsageError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 2
     except KafkaClientError as exc:
         print(f"Error: {exc}")
         return 1
@@ -91,3 +120,113 @@ def describe(client: KafkaClient, group: str) -> None:
 
 def _dash(v: int | None) -> str:
     return "-" if v is None else str(v)
+
+
+def delete(client: KafkaClient, groups: list[str]) -> int:
+    if not groups:
+        print("Error: --delete needs --group", file=sys.stderr)
+        return 2
+    results = client.delete_groups(groups)
+    failed = {g: code for g, code in results.items() if code}
+    if not failed:
+        print(f"Deletion of requested consumer groups ({', '.join(repr(g) for g in groups)}) was successful.")
+        return 0
+    print("Deletion of some consumer groups failed:")
+    for g, code in failed.items():
+        print(f"* Group '{g}' could not be deleted due to: {ErrorCode(code).name}")
+    ok = [g for g in groups if g not in failed]
+    if ok:
+        print(f"These consumer groups were deleted successfully: {', '.join(repr(g) for g in ok)}")
+    return 1
+
+
+def _reset_scope(client: KafkaClient, args: Any, committed: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
+    if args.all_topics == bool(args.topic):
+        raise UsageError("--reset-offsets needs exactly one of --topic and --all-topics")
+    if args.all_topics:
+        return sorted(committed)
+    out = []
+    for spec in args.topic:
+        topic, _, parts = spec.partition(":")
+        meta = next(iter(client.metadata([topic])["topics"]))
+        if meta["error_code"]:
+            raise KafkaClientError(meta["error_code"], topic)
+        present = sorted(p["partition_index"] for p in meta["partitions"])
+        wanted = [int(p) for p in parts.split(",") if p.strip()] if parts else present
+        for p in wanted:
+            if p not in present:
+                raise KafkaClientError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{p}")
+            out.append((topic, p))
+    return out
+
+
+def _offsets_at(client: KafkaClient, tps: list[tuple[str, int]], ts: int) -> dict[tuple[str, int], int]:
+    res = client.list_offsets({tp: ts for tp in tps})
+    for (t, p), r in res.items():
+        if r["error_code"]:
+            raise KafkaClientError(r["error_code"], f"{t}-{p}")
+    return {tp: r["offset"] for tp, r in res.items()}
+
+
+def plan_reset(client: KafkaClient, args: Any, tps: list[tuple[str, int]], committed: dict[tuple[str, int], int]
+               ) -> dict[tuple[str, int], int]:
+    """The new offset of each partition, as kafka-consumer-groups.sh computes it (clamped to the log's
+    range for --to-offset and --shift-by)."""
+    earliest = _offsets_at(client, tps, -2)
+    latest = _offsets_at(client, tps, -1)
+
+    def clamp(tp: tuple[str, int], offset: int) -> int:
+        return max(earliest[tp], min(latest[tp], offset))
+
+    def current(tp: tuple[str, int]) -> int:
+        if tp not in committed:
+            raise UsageError(f"group has no committed offset for {tp[0]}-{tp[1]}")
+        return committed[tp]
+
+    if args.to_earliest:
+        return earliest
+    if args.to_latest:
+        return latest
+    if args.to_current:
+        return {tp: current(tp) for tp in tps}
+    if args.to_offset is not None:
+        return {tp: clamp(tp, args.to_offset) for tp in tps}
+    if args.shift_by is not None:
+        return {tp: clamp(tp, current(tp) + args.shift_by) for tp in tps}
+    if args.to_datetime:
+        try:
+            when = datetime.fromisoformat(args.to_datetime)
+        except ValueError:
+            raise UsageError(f"--to-datetime {args.to_datetime!r} is not "
+                             "YYYY-MM-DDTHH:mm:SS.sss with an optional zone") from None
+        at = _offsets_at(client, tps, int(when.timestamp() * 1000))
+        return {tp: at[tp] if at[tp] >= 0 else latest[tp] for tp in tps}
+    raise UsageError("--reset-offsets needs one of --to-earliest, --to-latest, "
+                     "--to-current, --to-offset, --shift-by, --to-datetime")
+
+
+def reset_offsets(client: KafkaClient, args: Any) -> int:
+    if len(args.group) != 1:
+        print("Error: --reset-offsets needs one --group", file=sys.stderr)
+        return 2
+    group = args.group[0]
+    if not args.dry_run and not args.execute:
+        print("WARN: No action will be performed as the --execute option is missing. Add --dry-run to say you "
+              "only want the plan, --execute to apply it.", file=sys.stderr)
+    state = client.describe_group(group)["group_state"]
+    if state not in ("Empty", "Dead"):
+        print(f"Error: Assignments can only be reset if the group '{group}' is inactive, but the current state "
+              f"is {state}.")
+        return 1
+    committed = client.offset_fetch(group)
+    plan = plan_reset(client, args, _reset_scope(client, args, committed), committed)
+    print()
+    print(f"{'GROUP':<30} {'TOPIC':<30} {'PARTITION':<10} {'NEW-OFFSET':<15}".rstrip())
+    for (t, p), off in sorted(plan.items()):
+        print(f"{group:<30} {t:<30} {p:<10} {off:<15}".rstrip())
+    if args.execute:
+        failed = {tp: code for tp, code in client.offset_commit(group, plan).items() if code}
+        if failed:
+            (t, p), code = next(iter(sorted(failed.items())))
+            raise KafkaClientError(code, f"committing the new offset of {t}-{p} for group {group}")
+    return 0

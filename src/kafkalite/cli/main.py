@@ -7,7 +7,7 @@ import logging
 import sys
 
 from kafkalite import __version__
-from kafkalite.cli import console, demo, dump_log, groups, serve, topics
+from kafkalite.cli import configs, console, delete_records, demo, dump_log, get_offsets, groups, log_dirs, serve, topics
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,10 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_parser(sub)
     groups.add_parser(sub)
     console.add_parsers(sub)
+    configs.add_parser(sub)
+    get_offsets.add_parser(sub)
+    delete_records.add_parser(sub)
+    log_dirs.add_parser(sub)
     dump_log.add_parser(sub)
     demo.add_parser(sub)
     return parser

@@ -9,13 +9,15 @@ from kafkalite.client import KafkaClient, KafkaClientError, topics_of
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("topics", help="manage topics on a running broker (like kafka-topics.sh)")
-    p.add_argument("--bootstrap-server", default="127.0.0.1:9092", help="host:port of a broker")
+    p.add_argument("--bootstrap-server", default="127.0.0.1:9092",
+                   help="host:port of a broker to connect to (comma-separated list; default 127.0.0.1:9092)")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--create", action="store_true")
     action.add_argument("--delete", action="store_true")
     action.add_argument("--list", action="store_true")
     action.add_argument("--describe", action="store_true")
-    p.add_argument("--topic", help="topic name (required for --create/--delete; filters --describe)")
+    action.add_argument("--alter", action="store_true", help="add partitions to --topic (with --partitions)")
+    p.add_argument("--topic", help="topic name (required for --create/--delete/--alter; filters --describe)")
     p.add_argument("--partitions", type=int, default=-1, help="partitions of a new topic (default num.partitions)")
     p.add_argument("--replication-factor", type=int, default=-1)
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
@@ -38,9 +40,23 @@ def run(args: Any) -> int:
 
 
 def _run(client: KafkaClient, args: Any) -> int:
-    if (args.create or args.delete) and not args.topic:
-        print("Error: --topic is required with --create and --delete")
+    if (args.create or args.delete or args.alter) and not args.topic:
+        print("Error: --topic is required with --create, --delete and --alter")
         return 2
+    if args.alter:
+        if args.partitions < 1:
+            print("Error: --alter needs --partitions N (the new, larger partition count)")
+            return 2
+        if args.config:
+            print("Error: --alter changes partitions only; change configs with `kafkalite configs --alter`")
+            return 2
+        try:
+            client.create_partitions(args.topic, args.partitions)
+        except KafkaClientError as exc:
+            if args.if_exists and exc.error_code == 3:
+                return 0
+            raise
+        return 0
     if args.create:
         configs = {}
         for item in args.config:

@@ -1,5 +1,5 @@
 """Topic and config administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
-DescribeConfigs, AlterConfigs (the legacy whole-set replacement), IncrementalAlterConfigs."""
+DescribeConfigs, AlterConfigs (the legacy whole-set replacement), IncrementalAlterConfigs, DescribeLogDirs."""
 
 from __future__ import annotations
 
@@ -201,5 +201,36 @@ CREATE_PARTITIONS = message(
     ],
 )
 
+# v1 only changed throttling; v3 added the top-level error code, v4 the volume's total and usable bytes.
+# (v5 adds IsCordoned, a KRaft directory-assignment notion kafkalite has no use for.)
+DESCRIBE_LOG_DIRS = message(
+    ApiKey.DESCRIBE_LOG_DIRS, "0-4", flexible="2+",
+    request=[
+        A("topics", "0+", [
+            F("topic", "string"),
+            F("partitions", "[]int32"),
+        ], null=True),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16", "3+"),
+        A("results", "0+", [
+            F("error_code", "int16"),
+            F("log_dir", "string"),
+            A("topics", "0+", [
+                F("name", "string"),
+                A("partitions", "0+", [
+                    F("partition_index", "int32"),
+                    F("partition_size", "int64"),
+                    F("offset_lag", "int64"),
+                    F("is_future_key", "bool"),
+                ]),
+            ]),
+            F("total_bytes", "int64", "4+", default=-1),
+            F("usable_bytes", "int64", "4+", default=-1),
+        ]),
+    ],
+)
+
 ALL = [CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS,
-       CREATE_PARTITIONS]
+       CREATE_PARTITIONS, DESCRIBE_LOG_DIRS]

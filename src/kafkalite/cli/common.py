@@ -1,0 +1,49 @@
+"""What every admin sub-command shares: how it is told where the broker is, and how it reports failure."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from kafkalite.client import KafkaClient, KafkaClientError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+BOOTSTRAP_HELP = f"host:port of a broker to connect to (comma-separated list; default {DEFAULT_BOOTSTRAP})"
+
+
+def add_bootstrap(p: Any) -> None:
+    p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help=BOOTSTRAP_HELP)
+
+
+class UsageError(ValueError):
+    """Options that do not fit together; reported like argparse would, exit code 2."""
+
+
+def with_client(args: Any, client_id: str, body: Callable[[KafkaClient], int]) -> int:
+    """Run `body` with a connected client; broker errors and unreachable brokers become messages, exit 1."""
+    try:
+        with KafkaClient(args.bootstrap_server, client_id=client_id) as client:
+            return body(client)
+    except UsageError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 2
+    except KafkaClientError as exc:
+        print(f"Error: {exc}")
+        return 1
+    except OSError as exc:
+        print(f"Error: cannot reach the broker at {args.bootstrap_server}: {exc}")
+        return 1
+
+
+def parse_partitions(text: str, what: str) -> list[int]:
+    """`0,1,3-5` to [0, 1, 3, 4, 5]."""
+    out: list[int] = []
+    for item in text.split(","):
+        item = item.strip()
+        lo, sep, hi = item.partition("-")
+        try:
+            out += list(range(int(lo), int(hi) + 1)) if sep else [int(item)]
+        except ValueError:
+            raise UsageError(f"{what}: {item!r} is not a partition number or range") from None
+    return out

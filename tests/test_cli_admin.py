@@ -1,0 +1,221 @@
+"""The admin sub-commands against a real broker, checked with real clients: topics --alter, configs,
+get-offsets, delete-records, groups --reset-offsets / --delete, log-dirs (and DescribeLogDirs itself)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+
+import pytest
+from kafka import KafkaConsumer
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+from kafka.structs import OffsetAndMetadata
+from kafka.structs import TopicPartition as KTP
+
+from kafkalite.cli.configs import parse_add_config
+from kafkalite.cli.delete_records import parse_offset_json
+from tests.brokerutil import BrokerProcess
+
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Producer  # noqa: E402
+
+# Record timestamps within retention.ms (7 days): older ones are deleted by the broker's retention pass.
+RECENT = (int(time.time()) - 3600) * 1000
+COMMANDS = ["produce", "consume", "topics", "groups", "configs", "get-offsets", "delete-records", "log-dirs"]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("admin") / "data").start()
+    yield b
+    assert b.stop() == 0, b.output()
+
+
+@pytest.fixture(scope="module")
+def admin(broker):
+    a = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    yield a
+    a.close()
+
+
+def kl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kafkalite.cli.main", *args], input=stdin, capture_output=True,
+                          text=True, timeout=60)
+
+
+def produce(broker, topic: str, partition: int, values: list[str], timestamps: list[int] | None = None) -> None:
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i, v in enumerate(values):
+        p.produce(topic, value=v.encode(), partition=partition, timestamp=timestamps[i] if timestamps else 0)
+    assert p.flush(10) == 0
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_says_how_to_reach_the_broker(command):
+    r = kl(command, "--help")
+    assert r.returncode == 0 and "--bootstrap-server" in r.stdout and "127.0.0.1:9092" in r.stdout, r.stdout
+
+
+def test_topics_alter_adds_partitions(broker):
+    bs = ["--bootstrap-server", broker.bootstrap]
+    assert kl("topics", *bs, "--create", "--topic", "growing", "--partitions", "1").returncode == 0
+    r = kl("topics", *bs, "--alter", "--topic", "growing", "--partitions", "3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PartitionCount: 3" in kl("topics", *bs, "--describe", "--topic", "growing").stdout
+    r = kl("topics", *bs, "--alter", "--topic", "growing", "--partitions", "2")
+    assert r.returncode == 1 and "INVALID_PARTITIONS" in r.stdout
+    r = kl("topics", *bs, "--alter", "--topic", "no-such-topic", "--partitions", "2")
+    assert r.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in r.stdout
+    assert kl("topics", *bs, "--alter", "--topic", "no-such-topic", "--partitions", "2", "--if-exists").returncode == 0
+
+
+def test_parse_add_config_keeps_bracketed_lists():
+    assert parse_add_config("a=1,cleanup.policy=[compact,delete],b=x=y") == [
+        ("a", "1"), ("cleanup.policy", "compact,delete"), ("b", "x=y")]
+
+
+def test_configs_describe_alter_delete(broker, admin):
+    bs = ["--bootstrap-server", broker.bootstrap]
+    assert kl("topics", *bs, "--create", "--topic", "tuned").returncode == 0
+    r = kl("configs", *bs, "--alter", "--entity-type", "topics", "--entity-name", "tuned",
+           "--add-config", "retention.ms=1000,cleanup.policy=[compact,delete]")
+    assert r.returncode == 0 and "Completed updating config for topic tuned." in r.stdout, r.stdout + r.stderr
+    res = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "tuned")])
+    [by_name] = res.values()
+    entries = by_name["tuned"]
+    assert entries["retention.ms"]["value"] == "1000", entries["retention.ms"]
+    assert entries["cleanup.policy"]["value"] == "compact,delete"
+    r = kl("configs", *bs, "--describe", "--entity-type", "topics", "--entity-name", "tuned")
+    assert r.returncode == 0 and "Dynamic configs for topic tuned are:" in r.stdout
+    assert "  retention.ms=1000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=1000}" in r.stdout
+    r = kl("configs", *bs, "--alter", "--entity-type", "topics", "--entity-name", "tuned", "--delete-config",
+           "retention.ms")
+    assert r.returncode == 0
+    r = kl("configs", *bs, "--describe", "--entity-type", "topics", "--entity-name", "tuned")
+    assert "retention.ms" not in r.stdout and "cleanup.policy=compact,delete" in r.stdout
+    r = kl("configs", *bs, "--describe", "--entity-type", "topics", "--entity-name", "tuned", "--all")
+    assert "retention.ms=604800000" in r.stdout and "DEFAULT_CONFIG" in r.stdout
+    r = kl("configs", *bs, "--alter", "--entity-type", "topics", "--entity-name", "tuned", "--add-config", "nope=1")
+    assert r.returncode == 1 and "nope" in r.stdout
+    r = kl("configs", *bs, "--describe", "--entity-type", "brokers", "--entity-name", "1", "--all")
+    assert r.returncode == 0 and "All configs for broker 1 are:" in r.stdout and "log.dirs=" in r.stdout
+    r = kl("configs", *bs, "--alter", "--entity-type", "brokers", "--entity-name", "1", "--add-config",
+           "log.retention.ms=5")
+    assert r.returncode == 1 and "restart" in r.stdout
+
+
+def test_get_offsets_and_delete_records(broker, tmp_path):
+    bs = ["--bootstrap-server", broker.bootstrap]
+    assert kl("topics", *bs, "--create", "--topic", "offs", "--partitions", "2").returncode == 0
+    t0 = RECENT
+    produce(broker, "offs", 0, [str(i) for i in range(10)], [t0 + i * 1000 for i in range(10)])
+    produce(broker, "offs", 1, [str(i) for i in range(5)], [t0 + 100_000 - i for i in range(5)])
+    r = kl("get-offsets", *bs, "--topic", "offs")
+    assert r.returncode == 0 and r.stdout.splitlines() == ["offs:0:10", "offs:1:5"], r.stdout + r.stderr
+    assert kl("get-offsets", *bs, "--topic", "offs", "--time", "-2").stdout.splitlines() == ["offs:0:0", "offs:1:0"]
+    assert kl("get-offsets", *bs, "--topic", "offs", "--time", "earliest", "--partitions", "1").stdout == "offs:1:0\n"
+    assert kl("get-offsets", *bs, "--topic", "offs", "--time", str(t0 + 3500)).stdout == "offs:0:4\noffs:1:0\n"
+    assert kl("get-offsets", *bs, "--topic", "offs", "--time", "-3").stdout == "offs:0:9\noffs:1:0\n"
+    r = kl("get-offsets", *bs, "--topic", "offs", "--time", "soon")
+    assert r.returncode == 2 and "--time" in r.stderr
+    plan = tmp_path / "delete.json"
+    plan.write_text(json.dumps({"partitions": [{"topic": "offs", "partition": 0, "offset": 4},
+                                               {"topic": "offs", "partition": 1, "offset": -1}], "version": 1}))
+    r = kl("delete-records", *bs, "--offset-json-file", str(plan))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "partition: offs-0\tlow_watermark: 4" in r.stdout and "partition: offs-1\tlow_watermark: 5" in r.stdout
+    c = KafkaConsumer(bootstrap_servers=broker.bootstrap)
+    assert c.beginning_offsets([KTP("offs", 0), KTP("offs", 1)]) == {KTP("offs", 0): 4, KTP("offs", 1): 5}
+    c.close()
+    assert kl("get-offsets", *bs, "--topic", "offs", "--time", "-2").stdout.splitlines() == ["offs:0:4", "offs:1:5"]
+    plan.write_text(json.dumps({"partitions": [{"topic": "offs", "partition": 7, "offset": 1}]}))
+    r = kl("delete-records", *bs, "--offset-json-file", str(plan))
+    assert r.returncode == 1 and "offs-7\terror: UNKNOWN_TOPIC_OR_PARTITION" in r.stdout
+
+
+def test_parse_offset_json_names_what_is_wrong():
+    with pytest.raises(ValueError, match=r"partitions\[1\]"):
+        parse_offset_json('{"partitions": [{"topic": "a", "partition": 0, "offset": 1}, {"topic": "a"}]}', "f.json")
+    with pytest.raises(ValueError, match="duplicate"):
+        parse_offset_json('{"partitions": [{"topic": "a", "partition": 0, "offset": 1},'
+                          '{"topic": "a", "partition": 0, "offset": 2}]}', "f.json")
+    with pytest.raises(ValueError, match=r"f\.json: not JSON"):
+        parse_offset_json("{", "f.json")
+
+
+def test_groups_reset_offsets_and_delete(broker, admin):
+    bs = ["--bootstrap-server", broker.bootstrap]
+    assert kl("topics", *bs, "--create", "--topic", "rst", "--partitions", "2").returncode == 0
+    produce(broker, "rst", 0, [str(i) for i in range(10)], [RECENT + i * 1000 for i in range(10)])
+    produce(broker, "rst", 1, [str(i) for i in range(6)])
+    admin.alter_group_offsets("rg", {KTP("rst", 0): OffsetAndMetadata(7, "", -1),
+                                     KTP("rst", 1): OffsetAndMetadata(3, "", -1)})
+
+    def committed() -> dict[int, int]:
+        return {tp.partition: om.offset for tp, om in admin.list_group_offsets("rg")["rg"].items()}
+
+    assert committed() == {0: 7, 1: 3}
+    r = kl("groups", *bs, "--reset-offsets", "--group", "rg", "--topic", "rst", "--to-earliest")
+    assert r.returncode == 0 and "--execute" in r.stderr, r.stdout + r.stderr
+    lines = r.stdout.split("\n")
+    assert lines[1].split() == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
+    assert [row.split() for row in lines[2:4]] == [["rg", "rst", "0", "0"], ["rg", "rst", "1", "0"]]
+    assert committed() == {0: 7, 1: 3}  # a dry run changes nothing
+    r = kl("groups", *bs, "--reset-offsets", "--group", "rg", "--topic", "rst:1", "--to-latest", "--execute")
+    assert r.returncode == 0 and committed() == {0: 7, 1: 6}, r.stdout + r.stderr
+    r = kl("groups", *bs, "--reset-offsets", "--group", "rg", "--all-topics", "--shift-by", "-5", "--execute")
+    assert r.returncode == 0 and committed() == {0: 2, 1: 1}
+    r = kl("groups", *bs, "--reset-offsets", "--group", "rg", "--topic", "rst", "--to-offset", "8", "--execute")
+    assert r.returncode == 0 and committed() == {0: 8, 1: 6}  # clamped to the log end
+    when = datetime.fromtimestamp((RECENT + 3500) / 1000, UTC).isoformat(timespec="milliseconds")
+    r = kl("groups", *bs, "--reset-offsets", "--group", "rg", "--topic", "rst:0", "--to-datetime", when, "--execute")
+    assert r.returncode == 0 and committed() == {0: 4, 1: 6}, r.stdout + r.stderr
+    r = kl("groups", *bs, "--reset-offsets", "--group", "rg", "--to-earliest", "--execute")
+    assert r.returncode == 2 and "--all-topics" in r.stderr
+    # an active group is refused, as Kafka does; so is deleting it
+    consumer = KafkaConsumer("rst", bootstrap_servers=broker.bootstrap, group_id="rg", enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + 30
+        while not consumer.assignment():
+            assert time.monotonic() < deadline
+            consumer.poll(timeout_ms=300)
+        r = kl("groups", *bs, "--reset-offsets", "--group", "rg", "--all-topics", "--to-earliest", "--execute")
+        assert r.returncode == 1 and "inactive, but the current state is Stable" in r.stdout, r.stdout
+        r = kl("groups", *bs, "--delete", "--group", "rg")
+        assert r.returncode == 1 and "NON_EMPTY_GROUP" in r.stdout, r.stdout
+    finally:
+        consumer.close()
+    assert committed() == {0: 4, 1: 6}
+    r = kl("groups", *bs, "--delete", "--group", "rg")
+    assert r.returncode == 0 and "Deletion of requested consumer groups ('rg') was successful." in r.stdout, r.stdout
+    assert "rg" not in kl("groups", *bs, "--list").stdout.split()
+
+
+def test_describe_log_dirs_with_kafka_python_and_the_cli(broker, admin):
+    bs = ["--bootstrap-server", broker.bootstrap]
+    assert kl("topics", *bs, "--create", "--topic", "sized", "--partitions", "2").returncode == 0
+    produce(broker, "sized", 1, ["x" * 1000] * 5)
+    answer = admin.describe_log_dirs({"sized": [0, 1]})
+    [only] = answer
+    [d] = only["log_dirs"]
+    assert d["error_code"] == 0 and d["log_dir"] == str(broker.data_dir.resolve())
+    assert d["total_bytes"] > 0 and 0 <= d["usable_bytes"] <= d["total_bytes"]
+    [t] = d["topics"]
+    parts = {p["partition_index"]: p for p in t["partitions"]}
+    on_disk = sum(f.stat().st_size for f in (broker.data_dir / "sized-1").glob("*.log"))
+    assert parts[0]["partition_size"] == 0 and parts[1]["partition_size"] == on_disk > 5000
+    assert all(p["offset_lag"] == 0 and not p["is_future_key"] for p in parts.values())
+    everything = admin.describe_log_dirs()[0]["log_dirs"][0]["topics"]
+    assert "sized" in {t["name"] for t in everything}
+    r = kl("log-dirs", *bs, "--describe", "--topic-list", "sized")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout.splitlines()[-1])
+    assert doc["version"] == 1 and doc["brokers"][0]["broker"] == 1
+    [ld] = doc["brokers"][0]["logDirs"]
+    assert ld["error"] is None and ld["logDir"] == d["log_dir"]
+    assert sorted(ld["partitions"], key=lambda p: p["partition"]) == [
+        {"partition": "sized-0", "size": 0, "offsetLag": 0, "isFuture": False},
+        {"partition": "sized-1", "size": on_disk, "offsetLag": 0, "isFuture": False}]
