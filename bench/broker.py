@@ -24,7 +24,7 @@ from tqdm import tqdm
 from bench.common import DATA_BYTES, KiB, MiB, fmt_rate, median_rates, prefault, raw_write_16k, scratch_dir
 from kafkalite.protocol import ApiKey, decode_response, encode_request
 from kafkalite.records import SimpleRecord, build_batch, iter_batches
-from tests.brokerutil import BrokerProcess
+from tests.support.brokers import BrokerProcess
 
 RECORD = 1 * KiB
 

@@ -9,8 +9,6 @@ settings.register_profile("ci", max_examples=150, deadline=None, suppress_health
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
-T0 = 1700000000000
-
 # Which modules carry which marker (`make test-fast` deselects all three). By module, so a new test in an
 # existing file is marked as its neighbours are; a new module that starts Spark, a real client matrix or
 # many processes belongs in one of these sets.

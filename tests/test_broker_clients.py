@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from tests.brokerutil import BrokerProcess
+from tests.support.brokers import BrokerProcess
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402

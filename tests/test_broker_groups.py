@@ -17,7 +17,7 @@ import pytest
 
 from kafkalite.client import KafkaClient, KafkaClientError
 from kafkalite.records import SimpleRecord, build_batch
-from tests.brokerutil import BrokerProcess
+from tests.support.brokers import BrokerProcess
 
 ck = pytest.importorskip("confluent_kafka")
 

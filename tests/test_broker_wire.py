@@ -16,8 +16,8 @@ import pytest
 from kafkalite.client import KafkaClient, KafkaClientError
 from kafkalite.protocol import ApiKey, decode_response, encode_request
 from kafkalite.records import SimpleRecord, build_batch
-from tests.brokerutil import BrokerProcess
-from tests.test_log_interop import _write_foreign_partition
+from tests.support.brokers import BrokerProcess
+from tests.support.logs import write_foreign_partition
 
 
 @pytest.fixture(scope="module")
@@ -337,7 +337,7 @@ def test_restart_keeps_data_topics_and_configs(tmp_path):
 def test_serves_a_data_dir_written_by_an_independent_writer(tmp_path):
     ck = pytest.importorskip("confluent_kafka")
     data = tmp_path / "data"
-    expected = _write_foreign_partition(data / "foreign-0")
+    expected = write_foreign_partition(data / "foreign-0")
     b = BrokerProcess(data).start()
     try:
         c = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g", "enable.auto.commit": False})

@@ -15,7 +15,8 @@ from kafkalite.records import RecordBatch, SimpleRecord, build_batch
 from kafkalite.records.batch import DELETE_HORIZON_FLAG_MASK
 from kafkalite.storage import names
 from kafkalite.storage.checkpoint import OffsetCheckpointFile
-from tests.cleanerutil import (
+from tests.support import T0
+from tests.support.cleaner import (
     COMPACT,
     abort,
     batch_last_offsets,
@@ -28,8 +29,7 @@ from tests.cleanerutil import (
     tombstone,
     transactional_appender,
 )
-from tests.conftest import T0
-from tests.logutil import Env, records_in
+from tests.support.logs import Env, records_in
 
 LONG_MAX = (1 << 63) - 1
 DAY = 86_400_000

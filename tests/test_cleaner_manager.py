@@ -16,8 +16,8 @@ from kafkalite.manager.log_manager import LogManager, ManagerConfig
 from kafkalite.scheduler import MockScheduler
 from kafkalite.storage.checkpoint import OffsetCheckpointFile
 from kafkalite.storage.log_config import LogConfig
-from tests.cleanerutil import keys, record, tombstone
-from tests.conftest import T0
+from tests.support import T0
+from tests.support.cleaner import keys, record, tombstone
 
 SMALL = {"cleanup.policy": "compact", "segment.bytes": 2048, "min.cleanable.dirty.ratio": 0.01}
 FAST = CleanerConfig(backoff_ms=50, dedupe_buffer_size=1 << 20)

@@ -15,7 +15,7 @@ from kafkalite.cleaner.config import CleanerConfig
 from kafkalite.cleaner.log_cleaner import LogCleaner
 from kafkalite.records import CompressionType, SimpleRecord, build_batch
 from kafkalite.storage.log import Log
-from tests.logutil import Env
+from tests.support.logs import Env
 
 RETENTION = 1000
 CONFIG = {"cleanup.policy": "compact", "segment.bytes": 600, "delete.retention.ms": RETENTION,

@@ -17,7 +17,7 @@ from kafka.structs import TopicPartition as KTP
 
 from kafkalite.cli.configs import parse_add_config
 from kafkalite.cli.delete_records import parse_offset_json
-from tests.brokerutil import BrokerProcess
+from tests.support.brokers import BrokerProcess
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Producer  # noqa: E402

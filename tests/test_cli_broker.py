@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.brokerutil import BrokerProcess
+from tests.support.brokers import BrokerProcess
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from kafkalite.partitioner import murmur2, partition_for_key
-from tests.brokerutil import BrokerProcess
+from tests.support.brokers import BrokerProcess
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.brokerutil import BrokerProcess, free_port
+from tests.support.brokers import BrokerProcess, free_port
 
 NOT_IMPLEMENTED = "TLS, SASL and ACLs are not implemented"
 # The settings of Kafka 3.9's config/kraft/server.properties (its comments left out).

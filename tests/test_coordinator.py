@@ -9,7 +9,7 @@ from typing import Any
 
 from kafkalite.coordinator import Errors, GroupCoordinator
 from kafkalite.coordinator.consumer_protocol import encode_assignment, encode_subscription
-from tests.test_coordinator_support import (
+from tests.support.coordinator import (
     DESCRIBE,
     HEARTBEAT,
     JOIN,

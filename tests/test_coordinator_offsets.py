@@ -19,8 +19,8 @@ from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.records.control import ControlRecordType, build_end_txn_marker
 from kafkalite.storage.log import FetchIsolation
 from kafkalite.storage.producer_state import AppendOrigin
-from tests.conftest import T0
-from tests.test_coordinator_support import (
+from tests.support import T0
+from tests.support.coordinator import (
     COMMIT,
     DELETE,
     DESCRIBE,

@@ -33,8 +33,8 @@ from kafkalite.coordinator.records import (
 )
 from kafkalite.errors import CorruptRecordError
 from kafkalite.storage.log import FetchIsolation
-from tests.conftest import T0
-from tests.test_coordinator_support import COMMIT, coordinator, manager
+from tests.support import T0
+from tests.support.coordinator import COMMIT, coordinator, manager
 
 H = bytes.fromhex
 T0_BYTES = "0000018bcfe56800"  # 1700000000000 as int64

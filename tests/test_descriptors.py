@@ -16,7 +16,7 @@ from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.scheduler import MockScheduler
 from kafkalite.storage.index_base import FileMapping
 from kafkalite.storage.offset_index import OffsetIndex
-from tests.conftest import T0
+from tests.support import T0
 
 PARTITIONS = 200
 

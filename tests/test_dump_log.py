@@ -20,8 +20,8 @@ from kafkalite.cli.dump_log import Dumper, bytes_from_json
 from kafkalite.records import RecordBatch, SimpleRecord, build_batch
 from kafkalite.storage import names
 from kafkalite.storage.segment import LogSegment
-from tests.brokerutil import BrokerProcess
-from tests.helpers import append_batch, batch_at
+from tests.support.batches import append_batch, batch_at
+from tests.support.brokers import BrokerProcess
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -211,7 +211,7 @@ def test_json_marks_binary_values_as_base64(tmp_path):
 
 
 def test_dump_a_live_broker_active_segment_index(tmp_path):
-    from tests.test_locks import create_topic, produce
+    from tests.support.clients import create_topic, produce
 
     broker = BrokerProcess(tmp_path / "data", {"num.partitions": 1, "log.index.interval.bytes": 256}).start()
     try:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kafkalite.errors import CorruptRecordError, LogError
 from kafkalite.records import build_batch
 from kafkalite.storage.file_records import FileRecords, LogOffsetPosition, TimestampAndOffset
-from tests.helpers import batch_at
+from tests.support.batches import batch_at
 
 
 def _filled(path, batches) -> FileRecords:

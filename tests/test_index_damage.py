@@ -11,8 +11,8 @@ import pytest
 
 from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.storage import names
-from tests.conftest import T0
-from tests.logutil import Env, records_in
+from tests.support import T0
+from tests.support.logs import Env, records_in
 
 PROPS = {"segment.bytes": 3000, "index.interval.bytes": 200}
 N = 200
@@ -143,7 +143,7 @@ def test_live_broker_serves_every_record_past_a_bad_active_index_entry(tmp_path)
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from tests.brokerutil import BrokerProcess
+    from tests.support.brokers import BrokerProcess
 
     data = tmp_path / "data"
     props = {"num.partitions": 1, "log.segment.bytes": 64 * 1024, "log.index.interval.bytes": 512}

@@ -4,8 +4,6 @@ file and the holder's pid, and the broker keeps serving; standalone Logs lock th
 from __future__ import annotations
 
 import os
-import time
-import uuid
 
 import pytest
 
@@ -14,12 +12,11 @@ from kafkalite.manager.log_manager import LogManager
 from kafkalite.storage.dir_lock import LOCK_FILE, DirLock
 from kafkalite.storage.log import Log
 from kafkalite.storage.log_config import LogConfig
-from tests.brokerutil import BrokerProcess
-from tests.helpers import batch_at
+from tests.support.batches import batch_at
+from tests.support.brokers import BrokerProcess
+from tests.support.clients import consume_values, create_topic, produce
 
 ck = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -28,37 +25,6 @@ def broker(tmp_path_factory):
     yield b
     rc = b.stop()
     assert rc == 0, b.output()
-
-
-def produce(broker: BrokerProcess, topic: str, values: list[bytes], extra: dict | None = None) -> None:
-    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "acks": "all", **(extra or {})})
-    errors = []
-    for v in values:
-        p.produce(topic, v, on_delivery=lambda err, _msg: errors.append(err) if err else None)
-    assert p.flush(20) == 0
-    assert errors == []
-
-
-def consume_values(broker: BrokerProcess, topic: str, n: int, timeout_s: float = 20) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "locks", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
-    out: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(out) < n and time.monotonic() < deadline:
-            for m in c.consume(500, timeout=0.5):
-                assert m.error() is None, m.error()
-                out.append(m.value())
-    finally:
-        c.close()
-    return out
-
-
-def create_topic(broker: BrokerProcess) -> str:
-    name = f"locks-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=15)
-    return name
 
 
 def test_standalone_log_on_a_live_broker_partition_is_refused_and_the_broker_goes_on(broker):

@@ -20,8 +20,8 @@ from kafkalite.storage import names
 from kafkalite.storage.leader_epoch import EpochEntry
 from kafkalite.storage.log import FetchIsolation
 from kafkalite.storage.metadata import LogOffsetMetadata
-from tests.conftest import T0
-from tests.logutil import Env, batch_last_offsets, first_offset_read, records_in, segment_bases, single
+from tests.support import T0
+from tests.support.logs import Env, batch_last_offsets, first_offset_read, records_in, segment_bases, single
 
 
 @pytest.fixture

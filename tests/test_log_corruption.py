@@ -12,8 +12,8 @@ import pytest
 from kafkalite.errors import KafkaliteError
 from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.storage import names
-from tests.conftest import T0
-from tests.logutil import Env, records_in
+from tests.support import T0
+from tests.support.logs import Env, records_in
 
 PROPS = {"segment.bytes": 3000, "index.interval.bytes": 200}
 

@@ -8,39 +8,12 @@ import time
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from kafkalite.storage import names
-from tests.logutil import Env, records_in
-
-
-def _write_foreign_partition(d, n_segments=4, batches_per_segment=10, per_batch=7):
-    """Segments written by concatenating kafka-python batches, no index files: as copied from elsewhere."""
-    d.mkdir(parents=True)
-    now = int(time.time() * 1000)
-    expected = []
-    offset = 0
-    for _s in range(n_segments):
-        base = offset
-        with open(names.log_file(d, base), "wb") as f:
-            for b in range(batches_per_segment):
-                builder = DefaultRecordBatchBuilder(magic=2, compression_type=b % 5, is_transactional=False,
-                                                    producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                                    batch_size=1 << 20)
-                for i in range(per_batch):
-                    k, v, ts = b"key-%d" % (offset + i), b"val-%d" % (offset + i) * 10, now + offset + i
-                    h = [("trace", b"%d" % (offset + i))]
-                    builder.append(i, timestamp=ts, key=k, value=v, headers=h)
-                    expected.append((offset + i, k, v, ts, (("trace", b"%d" % (offset + i)),)))
-                buf = bytearray(builder.build())
-                struct.pack_into(">q", buf, 0, offset)
-                struct.pack_into(">i", buf, 12, 3)  # partition leader epoch, as a broker stamps it
-                f.write(buf)
-                offset += per_batch
-    return expected
+from tests.support.logs import Env, records_in, write_foreign_partition
 
 
 def test_foreign_directory_opens_and_reads_back(tmp_path):
     d = tmp_path / "orders-3"
-    expected = _write_foreign_partition(d)
+    expected = write_foreign_partition(d)
     env = Env()
     lg = env.open(d, {"index.interval.bytes": 512})
     assert lg.leo == len(expected) and len(lg.segments) == 4

@@ -17,8 +17,8 @@ from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.scheduler import MockScheduler
 from kafkalite.storage.checkpoint import OffsetCheckpointFile, has_clean_shutdown_marker, read_meta_properties
 from kafkalite.storage.log_config import LogConfig
-from tests.conftest import T0
-from tests.logutil import records_in
+from tests.support import T0
+from tests.support.logs import records_in
 
 
 def batch(i: int, ts: int = T0) -> bytearray:

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kafkalite.records import CompressionType, SimpleRecord, build_batch
-from tests.conftest import T0
-from tests.logutil import Env, first_offset_read, records_in
+from tests.support import T0
+from tests.support.logs import Env, first_offset_read, records_in
 
 PROPS = {"segment.bytes": 600, "index.interval.bytes": 150, "retention.bytes": 2000}
 

@@ -14,8 +14,8 @@ import pytest
 
 from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.storage import names
-from tests.conftest import T0
-from tests.logutil import Env, first_offset_read, records_in, segment_bases, single
+from tests.support import T0
+from tests.support.logs import Env, first_offset_read, records_in, segment_bases, single
 
 
 @pytest.fixture

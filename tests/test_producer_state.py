@@ -30,7 +30,7 @@ from kafkalite.storage.producer_state import (
 )
 from kafkalite.storage.segment import LogSegment
 from kafkalite.storage.txn_index import AbortedTxn
-from tests.conftest import T0
+from tests.support import T0
 
 CLIENT = AppendOrigin.CLIENT
 REPLICATION = AppendOrigin.REPLICATION

@@ -26,7 +26,7 @@ from kafkalite.protocol import (
     read_request_header,
 )
 from kafkalite.protocol.messages import MESSAGES
-from tests.test_protocol_strategies import DIRECTIONS, body_strategy, defaults, fields_of, normalize, rich_body
+from tests.support.protocol_strategies import DIRECTIONS, body_strategy, defaults, fields_of, normalize, rich_body
 
 
 def _join(parts: list) -> bytes:

@@ -26,7 +26,7 @@ from kafkalite.protocol import (
 )
 from kafkalite.protocol.messages import MESSAGES
 from kafkalite.protocol.schema import STRUCT, STRUCT_ARRAY, Field
-from tests.test_protocol_strategies import fields_of, normalize, rich_body
+from tests.support.protocol_strategies import fields_of, normalize, rich_body
 
 aiokafka_protocol = pytest.importorskip("aiokafka.protocol")
 from aiokafka.protocol.struct import Struct  # noqa: E402

@@ -25,7 +25,7 @@ from kafkalite.protocol import (
     read_request_header,
 )
 from kafkalite.protocol.messages import MESSAGES
-from tests.test_protocol_strategies import fields_of, rich_body
+from tests.support.protocol_strategies import fields_of, rich_body
 
 EXPECTED = (ProtocolDecodeError, UnsupportedVersionError)
 VERSIONS = [(key, v) for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items()) for v in range(lo, hi + 1)]

@@ -18,7 +18,7 @@ import pytest
 
 from kafkalite.client import KafkaClient
 from kafkalite.protocol import ApiKey, ErrorCode
-from tests.brokerutil import BrokerProcess
+from tests.support.brokers import BrokerProcess
 
 JS_DIR = Path(__file__).parent / "js"
 TXN_MESSAGE = "transactions are not supported by kafkalite"

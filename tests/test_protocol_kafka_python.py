@@ -31,7 +31,7 @@ from kafkalite.protocol import (
 )
 from kafkalite.protocol.messages import MESSAGES
 from kafkalite.protocol.schema import STRUCT, STRUCT_ARRAY, ZERO_UUID, Field, Versions
-from tests.test_protocol_strategies import DIRECTIONS, body_strategy, fields_of, normalize, rich_body
+from tests.support.protocol_strategies import DIRECTIONS, body_strategy, fields_of, normalize, rich_body
 
 kafka_protocol = pytest.importorskip("kafka.protocol.api_message")
 from kafka import __version__ as kafka_version  # noqa: E402

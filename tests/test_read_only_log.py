@@ -11,9 +11,9 @@ from kafkalite.errors import LogError
 from kafkalite.storage.dir_lock import LOCK_FILE
 from kafkalite.storage.log import FetchIsolation, Log
 from kafkalite.storage.log_config import LogConfig
-from tests.brokerutil import BrokerProcess
-from tests.helpers import batch_at
-from tests.test_locks import consume_values, create_topic, produce
+from tests.support.batches import batch_at
+from tests.support.brokers import BrokerProcess
+from tests.support.clients import consume_values, create_topic, produce
 
 pytest.importorskip("confluent_kafka")
 

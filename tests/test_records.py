@@ -29,7 +29,7 @@ from kafkalite.records import (
 )
 from kafkalite.records.control import EndTransactionMarker, end_txn_marker_of, parse_control_type
 from kafkalite.records.varint import decode_varint, decode_varlong, encode_varint, encode_varlong
-from tests.conftest import T0
+from tests.support import T0
 
 V1 = (
     "0000000000000000 00000039 00000000 02 965a94b1 0000 00000000 0000018bcfe56800 0000018bcfe56800 "

@@ -16,7 +16,7 @@ from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.storage import file_records, names
 from kafkalite.storage.file_records import FileRecords
 from kafkalite.storage.segment import MAX_RELATIVE_OFFSET, LogSegment
-from tests.conftest import T0
+from tests.support import T0
 
 SEGMENT_BASE = 100
 

@@ -12,8 +12,8 @@ from kafkalite.errors import LogSegmentOffsetOverflowError
 from kafkalite.records import RecordBatch, build_batch, iter_batches
 from kafkalite.storage import names
 from kafkalite.storage.segment import LONG_MAX, LogSegment, RollParams
-from tests.conftest import T0
-from tests.helpers import append_batch, batch_at, offsets_batch
+from tests.support import T0
+from tests.support.batches import append_batch, batch_at, offsets_batch
 
 
 def seg(tmp_path, base=40, interval=10, clock=None, **kw) -> LogSegment:

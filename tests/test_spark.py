@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sparkutil import (
+from tests.support.spark import (
     append,
     check_range_options,
     check_sink_output,

@@ -19,9 +19,9 @@ from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol import ApiKey
 from kafkalite.records import ControlRecordType, SimpleRecord, build_batch, build_end_txn_marker
 from kafkalite.storage.producer_state import AppendOrigin
-from tests.brokerutil import BrokerProcess, free_port
-from tests.conftest import T0
-from tests.sparkutil import (
+from tests.support import T0
+from tests.support.brokers import BrokerProcess, free_port
+from tests.support.spark import (
     SMALL,
     append,
     check_range_options,

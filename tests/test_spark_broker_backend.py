@@ -21,8 +21,8 @@ from kafkalite.spark.broker_settings import BrokerSettings
 from kafkalite.spark.errors import BrokerError, DataLossError, OptionError, UnknownTopicError
 from kafkalite.spark.reading import OffsetRange, read_range
 from kafkalite.spark.specs import BrokerSpec
-from tests.brokerutil import BrokerProcess, free_port, running_broker
-from tests.conftest import T0
+from tests.support import T0
+from tests.support.brokers import BrokerProcess, free_port, running_broker
 
 # --- parsing -------------------------------------------------------------------------------------------
 

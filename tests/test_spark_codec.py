@@ -11,7 +11,6 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 import pytest
-from conftest import T0
 from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
@@ -30,6 +29,7 @@ from kafkalite.spark.arrow_decode import RawChunk, decode_chunk
 from kafkalite.spark.arrow_encode import build_batches, choose_partitions, murmur2
 from kafkalite.spark.errors import CorruptBatchError
 from kafkalite.spark.schema import arrow_schema
+from tests.support import T0
 
 HEADERS_TYPE = arrow_schema(True).field("headers").type
 

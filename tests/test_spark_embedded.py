@@ -27,7 +27,7 @@ from kafkalite.spark.specs import EmbeddedSpec
 from kafkalite.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from kafkalite.storage.log import Log
 from kafkalite.storage.log_config import LogConfig
-from tests.conftest import T0
+from tests.support import T0
 
 SMALL = LogConfig.from_props({"segment.bytes": 4096})
 

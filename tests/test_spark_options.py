@@ -22,7 +22,7 @@ from kafkalite.spark.options import parse_duration_ms, parse_read_options, parse
 from kafkalite.spark.reading import OffsetRange
 from kafkalite.spark.specs import BrokerSpec, EmbeddedSpec
 from kafkalite.spark.stream import StreamReader
-from tests.conftest import T0
+from tests.support import T0
 
 
 def opts(**kw):

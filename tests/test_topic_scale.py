@@ -20,7 +20,7 @@ from kafkalite.client import KafkaClient, KafkaClientError
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol import ApiKey, ErrorCode
 from kafkalite.records import SimpleRecord, build_batch
-from tests.brokerutil import BrokerProcess
+from tests.support.brokers import BrokerProcess
 
 E = ErrorCode
 

@@ -21,7 +21,7 @@ from kafkalite.coordinator.consumer_protocol import decode_assignment, encode_as
 from kafkalite.manager.log_manager import LogManager, ManagerConfig
 from kafkalite.protocol.api_keys import ApiKey
 from kafkalite.scheduler import MockScheduler
-from tests.conftest import T0
+from tests.support import T0
 
 JOIN, SYNC, HEARTBEAT, LEAVE = ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP
 COMMIT, FETCH, DESCRIBE = ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_GROUPS

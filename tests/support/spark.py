@@ -15,7 +15,7 @@ from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.records.compression import CompressionType
 from kafkalite.storage.log import FetchIsolation
 from kafkalite.storage.log_config import LogConfig
-from tests.conftest import T0
+from tests.support import T0
 
 SMALL = LogConfig.from_props({"segment.bytes": 2048})
 

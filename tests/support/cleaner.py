@@ -11,7 +11,7 @@ from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.records.control import ControlRecordType, build_end_txn_marker
 from kafkalite.storage.log import Log
 from kafkalite.storage.producer_state import AppendOrigin
-from tests.logutil import Env
+from tests.support.logs import Env
 
 COMPACT = {"segment.bytes": 1024, "segment.index.bytes": 1024, "cleanup.policy": "compact"}
 
