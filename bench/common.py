@@ -2,7 +2,7 @@
 
 The VM returns free memory to the host after ~2 s idle, and touching it again costs ~10x, so every
 measurement (reference and system under test alike) starts by touching 1.25 GiB of anonymous
-memory; results are medians of interleaved repetitions (see shared/reference/performance-limits.md).
+memory; results are medians of interleaved repetitions, as single runs drift 30-50 % on a 2-core VM.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def spark():
     """One local Spark session for every Spark test module: starting one costs 10+ s, and the first
-    Python data source query ~5 s more (CI settings from shared/reference/pyspark-datasource.md)."""
+    Python data source query ~5 s more; 1 GiB driver memory suits a 2-core CI machine."""
     from kafkalite.spark import local_session
 
     session = local_session("kafkalite-tests", **{"spark.driver.memory": "1g", "spark.sql.session.timeZone": "UTC"})

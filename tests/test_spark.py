@@ -1,7 +1,7 @@
 """kafkalite as a Spark data source and sink, end to end, in one shared local Spark session.
 
 Spark costs 10+ s to start and ~5 s more for its first Python data source query, so every test
-here shares one session (CI settings from shared/reference/pyspark-datasource.md) and small data.
+here shares one session (`kafkalite.spark.local_session`, sized for a 2-core CI machine) and small data.
 Skipped when `java` is missing.
 """
 
