@@ -17,6 +17,7 @@ from typing import Any
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import validate_topic_name
 from kafkalite.broker.replica_manager import MAX_PARTITIONS_PER_REQUEST, ReplicaManager, error_code_of
+from kafkalite.coordinator.coordinator import GROUP_API_KEYS
 from kafkalite.errors import (
     InvalidConfigError,
     InvalidRequestError,
@@ -45,10 +46,6 @@ TRANSACTIONS_UNSUPPORTED = ("transactions are not supported by kafkalite (no tra
                             "use an idempotent producer without transactional.id")
 KIP848_UNSUPPORTED = ("the consumer group protocol of KIP-848 (group.protocol=consumer) is not supported by "
                       "kafkalite; use group.protocol=classic")
-
-GROUP_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
-                        ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS,
-                        ApiKey.DELETE_GROUPS})
 
 Handler = Callable[[RequestHeader, dict[str, Any], str], Awaitable[dict[str, Any] | None]]
 
@@ -85,7 +82,7 @@ class KafkaApis:
         }
         if coordinator is not None:
             self._handlers[ApiKey.FIND_COORDINATOR] = self.find_coordinator
-            for key in GROUP_APIS:
+            for key in GROUP_API_KEYS:
                 self._handlers[key] = self.group_request
 
     # --- dispatch ---------------------------------------------------------------------------------
