@@ -7,7 +7,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from kafkalite.cli.common import UsageError
+from kafkalite.cli.common import UsageError, with_client
 from kafkalite.client import KafkaClient, KafkaClientError
 from kafkalite.coordinator import compute_lag
 from kafkalite.coordinator.consumer_protocol import decode_assignment
@@ -45,34 +45,27 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: Any) -> int:
-    try:
-        with KafkaClient(args.bootstrap_server, client_id="kafkalite-groups") as client:
-            if args.delete:
-                return delete(client, args.group)
-            if args.reset_offsets:
-                return reset_offsets(client, args)
-            groups = client.request(ApiKey.LIST_GROUPS, {"states_filter": []})
-            if groups["error_code"]:
-                raise KafkaClientError(groups["error_code"], "ListGroups")
-            names = sorted(g["group_id"] for g in groups["groups"])
-            if args.list:
-                for n in names:
-                    print(n)
-                return 0
-            wanted = args.group or names
-            for i, group in enumerate(wanted):
-                if i:
-                    print()
-                describe(client, group)
-    except UsageError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return 2
-    except KafkaClientError as exc:
-        print(f"Error: {exc}")
-        return 1
-    except OSError as exc:
-        print(f"Error: cannot reach the broker at {args.bootstrap_server}: {exc}")
-        return 1
+    return with_client(args, "kafkalite-groups", lambda client: _run(client, args))
+
+
+def _run(client: KafkaClient, args: Any) -> int:
+    if args.delete:
+        return delete(client, args.group)
+    if args.reset_offsets:
+        return reset_offsets(client, args)
+    groups = client.request(ApiKey.LIST_GROUPS, {"states_filter": []})
+    if groups["error_code"]:
+        raise KafkaClientError(groups["error_code"], "ListGroups")
+    names = sorted(g["group_id"] for g in groups["groups"])
+    if args.list:
+        for n in names:
+            print(n)
+        return 0
+    wanted = args.group or names
+    for i, group in enumerate(wanted):
+        if i:
+            print()
+        describe(client, group)
     return 0
 
 
