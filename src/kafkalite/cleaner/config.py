@@ -2,37 +2,39 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from kafkalite.config import registry
 from kafkalite.errors import InvalidConfigError
 
 
 @dataclass(frozen=True, slots=True)
 class CleanerConfig:
-    enable: bool = True
-    threads: int = 1
-    dedupe_buffer_size: int = 128 * 1024 * 1024  # total over the threads
-    dedupe_buffer_load_factor: float = 0.9
-    io_buffer_size: int = 512 * 1024  # total over the threads, half for reads
-    max_message_size: int = 1048588
-    max_io_bytes_per_second: float = math.inf
-    backoff_ms: int = 15_000
+    """The cleaner's broker settings; names, defaults and rules come from the config registry."""
 
-    _KEYS: ClassVar[dict[str, tuple[str, str]]] = {
-        "log.cleaner.enable": ("enable", "bool"),
-        "log.cleaner.threads": ("threads", "int"),
-        "log.cleaner.dedupe.buffer.size": ("dedupe_buffer_size", "int"),
-        "log.cleaner.io.buffer.load.factor": ("dedupe_buffer_load_factor", "float"),
-        "log.cleaner.io.buffer.size": ("io_buffer_size", "int"),
-        "message.max.bytes": ("max_message_size", "int"),
-        "log.cleaner.io.max.bytes.per.second": ("max_io_bytes_per_second", "float"),
-        "log.cleaner.backoff.ms": ("backoff_ms", "int"),
+    enable: bool = registry.default("log.cleaner.enable")
+    threads: int = registry.default("log.cleaner.threads")
+    dedupe_buffer_size: int = registry.default("log.cleaner.dedupe.buffer.size")  # total over the threads
+    dedupe_buffer_load_factor: float = registry.default("log.cleaner.io.buffer.load.factor")
+    io_buffer_size: int = registry.default("log.cleaner.io.buffer.size")  # total over the threads, half for reads
+    max_message_size: int = registry.default("message.max.bytes")
+    max_io_bytes_per_second: float = registry.default("log.cleaner.io.max.bytes.per.second")
+    backoff_ms: int = registry.default("log.cleaner.backoff.ms")
+
+    _KEYS: ClassVar[dict[str, str]] = {
+        "log.cleaner.enable": "enable",
+        "log.cleaner.threads": "threads",
+        "log.cleaner.dedupe.buffer.size": "dedupe_buffer_size",
+        "log.cleaner.io.buffer.load.factor": "dedupe_buffer_load_factor",
+        "log.cleaner.io.buffer.size": "io_buffer_size",
+        "message.max.bytes": "max_message_size",
+        "log.cleaner.io.max.bytes.per.second": "max_io_bytes_per_second",
+        "log.cleaner.backoff.ms": "backoff_ms",
     }
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # also for configs built in code, not only from properties
         if self.threads < 1:
             raise InvalidConfigError("log.cleaner.threads must be at least 1")
         if not 0 < self.dedupe_buffer_load_factor <= 1:
@@ -42,23 +44,8 @@ class CleanerConfig:
 
     @classmethod
     def from_broker_props(cls, props: Mapping[str, object]) -> CleanerConfig:
-        values: dict[str, object] = {}
-        for key, (field, kind) in cls._KEYS.items():
-            if key not in props:
-                continue
-            raw = str(props[key]).strip()
-            try:
-                if kind == "bool":
-                    if raw.lower() not in ("true", "false"):
-                        raise ValueError(raw)
-                    values[field] = raw.lower() == "true"
-                elif kind == "int":
-                    values[field] = int(raw)
-                else:
-                    values[field] = float(raw)
-            except ValueError:
-                raise InvalidConfigError(f"Invalid value {raw!r} for configuration {key}") from None
-        return cls(**values)  # type: ignore[arg-type]
+        """The cleaner's keys out of broker properties, parsed and checked by the registry."""
+        return cls(**{field: registry.parse(k, props[k]) for k, field in cls._KEYS.items() if k in props})
 
     @property
     def dedupe_buffer_per_thread(self) -> int:
