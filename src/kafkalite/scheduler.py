@@ -24,7 +24,7 @@ class ScheduledTask:
     due_ms: int
     seq: int
     name: str = field(compare=False)
-    fn: Callable[[], None] = field(compare=False)
+    fn: Callable[[], object] = field(compare=False)
     period_ms: int | None = field(compare=False, default=None)
     cancelled: bool = field(compare=False, default=False)
 
@@ -33,7 +33,7 @@ class ScheduledTask:
 
 
 class Scheduler(Protocol):
-    def schedule(self, name: str, fn: Callable[[], None], delay_ms: int = 0,
+    def schedule(self, name: str, fn: Callable[[], object], delay_ms: int = 0,
                  period_ms: int | None = None) -> ScheduledTask: ...
 
     def startup(self) -> None: ...
@@ -59,7 +59,7 @@ class MockScheduler:
         self._seq = itertools.count()
         self.last_exception: Exception | None = None
 
-    def schedule(self, name: str, fn: Callable[[], None], delay_ms: int = 0,
+    def schedule(self, name: str, fn: Callable[[], object], delay_ms: int = 0,
                  period_ms: int | None = None) -> ScheduledTask:
         task = ScheduledTask(self.clock.milliseconds() + delay_ms, next(self._seq), name, fn, period_ms)
         heapq.heappush(self._heap, task)
@@ -126,7 +126,7 @@ class ThreadScheduler:
             t.start()
             self._threads.append(t)
 
-    def schedule(self, name: str, fn: Callable[[], None], delay_ms: int = 0,
+    def schedule(self, name: str, fn: Callable[[], object], delay_ms: int = 0,
                  period_ms: int | None = None) -> ScheduledTask:
         task = ScheduledTask(self.clock.milliseconds() + delay_ms, next(self._seq), name, fn, period_ms)
         with self._cond:

@@ -130,7 +130,7 @@ class MetadataStore:
             self.on_fatal(self.path, exc)
             raise KafkaStorageError(f"the metadata dir {self.path.parent} failed: {exc}") from exc
 
-    def _changed(self, undo: Callable[[], None]) -> None:
+    def _changed(self, undo: Callable[[], object]) -> None:
         """Save after an in-memory change; if the save fails, `undo` puts memory back as the file still is."""
         try:
             self._save()

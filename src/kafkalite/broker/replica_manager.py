@@ -96,16 +96,19 @@ class PartitionRead:
         return len(self.records)
 
 
-def _check_one_batch(records: bytes | memoryview | None) -> None:
+def _check_one_batch(records: bytes | memoryview | None) -> bytes | memoryview:
     """ProduceRequest.validateRecords (v3+): exactly one complete batch per partition, else INVALID_RECORD.
-    Checked on the frame before the log sees it, so a truncated batch is never taken for an empty append."""
-    n = 0 if records is None else len(records)
-    if n >= 12 and int.from_bytes(records[8:12], "big", signed=True) + 12 == n:
-        return
-    count = sum(1 for _ in iter_batches(records)) if n else 0
+    Checked on the frame before the log sees it, so a truncated batch is never taken for an empty append.
+    Returns the batch (null records have none, so never get past here)."""
+    data = b"" if records is None else records
+    n = len(data)
+    if n >= 12 and int.from_bytes(data[8:12], "big", signed=True) + 12 == n:
+        return data
+    count = sum(1 for _ in iter_batches(data)) if n else 0
     if count != 1:
         raise InvalidRecordError(f"Produce requests with version 3 or later must have exactly one record batch "
                                  f"per partition; this one has {count} complete batch(es) in {n} bytes")
+    return data
 
 
 class ReplicaManager:
@@ -154,8 +157,8 @@ class ReplicaManager:
         for p in partitions if partitions is not None else range(info.partitions):
             try:
                 if self.logs.get_log(info.name, p) is None and not self.logs.is_offline(info.name, p):
-                    lg = self.logs.get_or_create_log(info.name, p, overrides)
-                    self._become_leader(lg)
+                    created = self.logs.get_or_create_log(info.name, p, overrides)
+                    self._become_leader(created)
                 lg = self.logs.get_log(info.name, p)
                 if lg is not None:
                     write_partition_topic_id(lg.dir, info.topic_id)
@@ -373,9 +376,9 @@ class ReplicaManager:
             if topic in INTERNAL_TOPICS and not internal_allowed:
                 raise InvalidTopicError(f"Cannot append to internal topic {topic}")
             lg = self.get_log(topic, partition)
-            _check_one_batch(records)
+            batch = _check_one_batch(records)
             try:
-                info = lg.append_as_leader(records, self.leader_epoch(lg), origin)
+                info = lg.append_as_leader(batch, self.leader_epoch(lg), origin)
             except OSError as exc:
                 raise self._io_failed(topic, partition, exc) from exc
             if not info.duplicate:
@@ -483,6 +486,7 @@ class ReplicaManager:
                 last_fetchable = lg.last_stable_offset
             else:
                 last_fetchable = lg.high_watermark
+            found: tuple[int, int, int] | None
             if timestamp == LATEST_TIMESTAMP:
                 found = (-1, last_fetchable, self.leader_epoch(lg))
             elif timestamp == LATEST_TIERED_TIMESTAMP:

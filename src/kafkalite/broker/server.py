@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 import time
-from typing import Any
+from typing import Any, Literal
 
 from kafkalite.broker.apis import CloseConnection, KafkaApis
 from kafkalite.broker.config import BrokerConfig
@@ -117,9 +117,10 @@ class Broker:
         return {name: dict(t.configs) for name, t in store.topics.items() if t.configs}
 
     async def _start_coordinator(self) -> Any:
-        assert self.replicas is not None
+        replicas = self.replicas
+        assert replicas is not None
         coordinator = GroupCoordinator(self.logs, self.config,
-                                       partition_exists=lambda t, p: self.replicas.logs.get_log(t, p) is not None)
+                                       partition_exists=lambda t, p: replicas.logs.get_log(t, p) is not None)
         await coordinator.start()
         return coordinator
 
@@ -234,7 +235,7 @@ class Broker:
                 return
             await self._send(writer, response)
 
-    async def _handle_frame(self, frame: bytes, host: str) -> list[Any] | bool | None:
+    async def _handle_frame(self, frame: bytes, host: str) -> list[Any] | Literal[False] | None:
         """The response parts, None when there is nothing to send, False to close the connection."""
         assert self.apis is not None
         try:
@@ -246,7 +247,7 @@ class Broker:
             log.warning("Closing connection from %s: API key %d is not supported (client %s)", host,
                         header.api_key, header.client_id)
             return False
-        lo, hi = SUPPORTED_VERSIONS[header.api_key]
+        lo, hi = SUPPORTED_VERSIONS[ApiKey(header.api_key)]  # a key `handles` knows is an ApiKey
         if header.api_key == ApiKey.API_VERSIONS and not lo <= header.api_version <= hi:
             # Kafka answers with a v0 body listing only its ApiVersions range, so the client retries lower.
             fallback = RequestHeader(header.api_key, 0, header.correlation_id, header.client_id)

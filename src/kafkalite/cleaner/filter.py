@@ -189,7 +189,7 @@ def _survivors(d: Decoded, batches: list[Batch], plans: list[_Plan], ctx: Filter
     counts = np.diff(np.append(firsts, len(sel)))
     data, bounds = encode_survivors(d.buf, r, sel, ts - np.repeat(base, counts))
     max_ts = np.maximum.reduceat(ts, firsts).tolist()
-    mv = memoryview(data)
+    mv = data.data  # the array's own memoryview
     lo = bounds[firsts].tolist()
     hi = bounds[np.append(firsts[1:], len(sel))].tolist()
     for k, slot in enumerate(rewrite):

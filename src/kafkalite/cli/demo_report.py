@@ -168,10 +168,11 @@ def _cleaner_table(before: Sequence[PartitionSnapshot], after: Sequence[Partitio
     total = [0, 0, 0, 0]
     for b in before:
         a = after_by.get(b.name, PartitionSnapshot(b.topic, b.partition, []))
-        vals = [b.records, a.records, b.size, a.size]
+        vals = (b.records, a.records, b.size, a.size)
         total = [t + v for t, v in zip(total, vals, strict=True)]
         rows.append(_cleaner_row(b.name, *vals))
-    rows.append(_cleaner_row("all partitions", *total, total=True))
+    rec_b, rec_a, size_b, size_a = total
+    rows.append(_cleaner_row("all partitions", rec_b, rec_a, size_b, size_a, total=True))
     head = ('<tr><th style="width:19%">partition</th><th class=num>records before</th><th class=num>after</th>'
             '<th class=num>removed</th><th class=num>bytes before</th><th class=num>after</th>'
             '<th class=num>removed</th></tr>')

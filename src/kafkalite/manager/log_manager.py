@@ -21,7 +21,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,7 +168,7 @@ class _DataDir:
 class LogManager:
     def __init__(
         self,
-        log_dirs: list[Path | str] | Path | str,
+        log_dirs: Iterable[Path | str] | Path | str,
         default_config: LogConfig | None = None,
         config: ManagerConfig | None = None,
         *,
@@ -199,8 +199,8 @@ class LogManager:
         self.cleaner: LogCleaner | None = None
         raise_open_file_limit()
         try:
-            for d in dirs:
-                self.dirs.append(_DataDir(Path(d).resolve(), self.config))
+            for dir_name in dirs:
+                self.dirs.append(_DataDir(Path(dir_name).resolve(), self.config))
             self._load_all(progress)
         except BaseException:
             for d in self.dirs:

@@ -133,7 +133,7 @@ def _decompress_payloads(chunk: RawChunk, view: memoryview, bases: np.ndarray, s
     parts: list[bytes | memoryview] = []
     at = 0
     for i, codec in enumerate(codecs.tolist()):
-        raw = view[int(starts[i]) : int(ends[i])]
+        raw: bytes | memoryview = view[int(starts[i]) : int(ends[i])]
         if codec:
             try:
                 raw = decompress(CompressionType.from_id(codec), raw)
@@ -244,7 +244,8 @@ class _CrcCheck:
     """The deferred CRC32C checks of a chunk's kept, uncompressed batches (their bytes are the chunk's)."""
 
     def __init__(self, framed: _Framed, u8: np.ndarray) -> None:
-        self.view = memoryview(u8)
+        assert framed.deferred_crcs is not None, "built only for a chunk whose CRC checks were deferred"
+        self.view = u8.data  # the array's own memoryview
         self.froms = (framed.payload_starts - (RECORD_BATCH_OVERHEAD - _CRC_FROM)).tolist()
         self.tos = framed.payload_ends.tolist()
         self.stored = framed.deferred_crcs.tolist()

@@ -217,8 +217,8 @@ class ProducingStage:
             for tp, data in other.items():
                 pending.setdefault(tp, []).append(data)
         self._inflight.clear()
-        for tp, data in batches.items():
-            pending.setdefault(tp, []).extend(data)
+        for tp, queued in batches.items():
+            pending.setdefault(tp, []).extend(queued)
         backoff = self.cluster.backoff(f"producing to {', '.join(f'{t}-{p}' for t, p in sorted(pending))}")
         error = exc
         while pending:

@@ -54,7 +54,7 @@ def parse_assign(value: str) -> list[TopicPartition]:
     data = _load(value, "assign")
     if not isinstance(data, dict) or not data:
         raise OptionError(f'assign: expected a JSON object like {{"topicA":[0,1]}}, got {value!r}')
-    out = set()
+    out: set[TopicPartition] = set()
     for topic, partitions in data.items():
         if not isinstance(partitions, list) or not all(isinstance(p, int) and not isinstance(p, bool)
                                                        for p in partitions):

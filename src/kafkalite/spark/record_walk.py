@@ -44,7 +44,7 @@ _memcpy = types.ExternalFunction("memcpy", types.uintp(types.uintp, types.uintp,
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _varint(u8: np.ndarray, p: int, end: int, max_bytes: int) -> tuple[int, int]:
+def _varint(u8: np.ndarray, p: int, end: int, max_bytes: int) -> tuple[int | np.int64, int]:
     """(zigzag value, next position) of the varint at p; next is -1 past `end`, -2 when too long.
 
     A 5-byte varint is read into 32 bits, as Kafka reads an int: bits beyond them wrap.
@@ -66,13 +66,13 @@ def _varint(u8: np.ndarray, p: int, end: int, max_bytes: int) -> tuple[int, int]
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _be32(u8: np.ndarray, p: int) -> int:
+def _be32(u8: np.ndarray, p: int) -> np.int64:
     return np.int64(np.int32(np.uint32((np.uint32(u8[p]) << np.uint32(24)) | (np.uint32(u8[p + 1]) << np.uint32(16))
                                        | (np.uint32(u8[p + 2]) << np.uint32(8)) | np.uint32(u8[p + 3]))))
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _be64(u8: np.ndarray, p: int) -> int:
+def _be64(u8: np.ndarray, p: int) -> np.int64:
     v = np.uint64(0)
     for i in range(8):
         v = (v << np.uint64(8)) | np.uint64(u8[p + i])
@@ -137,7 +137,7 @@ def frame_batches(u8, start, end):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _sized(u8: np.ndarray, q: int, stop: int) -> tuple[int, int, int]:
+def _sized(u8: np.ndarray, q: int, stop: int) -> tuple[int, int | np.int64, int]:
     """(error code, length, where the bytes start) of a length-prefixed field: a key or a value,
     whose length -1 means null. The bytes must end by `stop`."""
     n, q = _varint(u8, q, stop, 5)

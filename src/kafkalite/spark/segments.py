@@ -212,6 +212,7 @@ def read_range(segments: list[Segment], start: int, end: int,
                     if cut == 0:
                         break
                 if cut:
+                    assert next_offset is not None, "complete_prefix counted a batch, so it knows what follows"
                     yield RawChunk(data[:cut], str(seg.path), pos), next_offset
                 if done:
                     return

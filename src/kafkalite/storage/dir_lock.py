@@ -146,7 +146,7 @@ def locked_error(lock_file: Path, what: str) -> DirectoryLockedError:
     own = read_holder(lock_file)
     if own is not None:
         holders.append(own)
-    held = locked_files()
+    held = locked_files() or set()  # unknown (no /proc) reads as nothing held
     try:
         children = sorted(p for p in lock_file.parent.iterdir() if p.is_dir()) if held else []
     except OSError:

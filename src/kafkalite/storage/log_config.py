@@ -114,6 +114,7 @@ def parse_value(d: ConfigDef, raw: Any, name: str | None = None) -> Any:
     def bad(why: str) -> InvalidConfigError:
         return InvalidConfigError(f"Invalid value {raw} for configuration {name or d.name}: {why}")
 
+    value: int | float | bool | frozenset[str] | str
     if d.kind in ("int", "long"):
         if isinstance(raw, bool):
             raise bad("Expected value to be a number")

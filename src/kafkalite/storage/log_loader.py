@@ -180,7 +180,7 @@ class LogLoader:
         if log_swaps:
             bases, next_offsets = [], []
             for path in log_swaps:
-                base = _offset_of(path)
+                base = names.offset_from_file_name(path.name)
                 seg = LogSegment.open(self.dir, base, file_suffix=names.SWAP_SUFFIX,
                                       max_index_size=self.config.segment_index_bytes)
                 bases.append(base)
@@ -205,8 +205,8 @@ class LogLoader:
         logs = {p.name for p in files if p.name.endswith(names.LOG_SUFFIX)}
         for path in files:
             if path.name.endswith(_INDEX_SUFFIXES):
-                base = path.name.split(".", 1)[0]
-                if base + names.LOG_SUFFIX not in logs:
+                stem = path.name.split(".", 1)[0]
+                if stem + names.LOG_SUFFIX not in logs:
                     log.warning("%s: deleting index file %s that has no log file", self.dir.name, path.name)
                     path.unlink(missing_ok=True)
         for name in sorted(logs):

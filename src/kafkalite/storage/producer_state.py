@@ -342,6 +342,7 @@ class ProducerStateManager:
             if entry is None:
                 entry = self._producers[pid] = ProducerStateEntry(pid)
             if pending.kind is AppendKind.MARKER:
+                assert pending.marker is not None, "a MARKER append is always built with its marker"
                 completed = self._apply_marker(entry, batch, pending.marker, last_offset)
             else:
                 self._apply_data(entry, batch, first_offset, last_offset)

@@ -182,12 +182,14 @@ class ReadOnlySegment(LogSegment):
             pass  # a zero or broken frame: the valid data ends before it
         return end, next_offset
 
+    # The in-memory indexes answer the lookups a read makes, not the writes, so they are not subclasses of
+    # OffsetIndex/TimeIndex: these overrides narrow what LogSegment promises, on purpose.
     @property
-    def offset_index(self):  # type: ignore[override]
+    def offset_index(self) -> ReadOnlyOffsetIndex:  # type: ignore[override]
         return self._ro_offset_index
 
     @property
-    def time_index(self):  # type: ignore[override]
+    def time_index(self) -> ReadOnlyTimeIndex:  # type: ignore[override]
         return self._ro_time_index
 
     @property
