@@ -150,7 +150,7 @@ def test_a_locked_data_dir_says_so(tmp_path):
                   timeout_s=20)
     finally:
         assert b.stop() == 0
-    assert_refused(r, str(b.data_dir), "another process is using this directory")
+    assert_refused(r, str(b.data_dir), "is held by pid")
 
 
 def test_a_properties_file_with_escapes_and_continuations_is_read_as_java_does(tmp_path):
