@@ -14,7 +14,7 @@ LAYER = {
     "records": 1,
     "storage": 2,
     "config": 3, "cleaner": 3, "manager": 3,
-    "protocol": 4, "broker": 4, "coordinator": 4, "client": 4, "partitioner": 4,
+    "protocol": 4, "broker": 4, "coordinator": 4, "client": 4, "partitioner": 4, "cluster": 4,
     "spark": 6,
     "cli": 7,
 }
@@ -54,3 +54,10 @@ def test_no_package_imports_a_later_layer():
 def test_protocol_compiler_does_not_import_its_package():  # (log_loader's cycle: test_storage_imports.py)
     compiler = ast.parse((SRC / "protocol" / "compiler.py").read_text())
     assert not [n for n in ast.walk(compiler) if isinstance(n, ast.ImportFrom) and n.module == "kafkalite.protocol"]
+
+
+def test_cluster_does_not_import_the_broker():
+    """The broker builds on the cluster package (controller, store, metadata cache), never the reverse."""
+    wrong = [f"{p.relative_to(SRC)} imports {m}" for p in (SRC / "cluster").rglob("*.py") for m in _imports(p)
+             if _top(m) in ("broker", "coordinator", "client")]
+    assert not wrong, "\n".join(wrong)

@@ -208,6 +208,28 @@ class InvalidReplicationFactorError(KafkaliteError):
     error_code = ErrorCode.INVALID_REPLICATION_FACTOR
 
 
+class InvalidReplicationAssignmentError(KafkaliteError):
+    error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+
+
+class NotControllerError(KafkaliteError):
+    """A controller write was refused because another broker has since become controller (NOT_CONTROLLER)."""
+
+    error_code = ErrorCode.NOT_CONTROLLER
+
+
+class StaleControllerEpochError(KafkaliteError):
+    """A controller request from an older controller epoch than this broker has seen (STALE_CONTROLLER_EPOCH)."""
+
+    error_code = ErrorCode.STALE_CONTROLLER_EPOCH
+
+
+class StaleBrokerEpochError(KafkaliteError):
+    """A controller request for an older registration of this broker (STALE_BROKER_EPOCH)."""
+
+    error_code = ErrorCode.STALE_BROKER_EPOCH
+
+
 class InvalidRequestError(KafkaliteError):
     """A request that is well formed but makes no sense (INVALID_REQUEST)."""
 

@@ -136,6 +136,15 @@ _BROKER: tuple[BrokerKey, ...] = (
     _k("group.max.session.timeout.ms", "int", 1800000, "largest session timeout a member may ask for",
        at_least(0)),
     _k("group.max.size", "int", INT_MAX, "most members in one group", at_least(1)),
+    # cluster mode (docs/cluster.md): unset zookeeper.connect = one broker, no ZooKeeper
+    _k("zookeeper.connect", "str", "", "ZooKeeper host:port[,host:port...][/chroot] holding the cluster's "
+       "metadata; empty = single-broker mode"),
+    _k("zookeeper.session.timeout.ms", "int", 18000, "ZooKeeper session timeout: a broker silent this long is "
+       "dead", at_least(1)),
+    _k("zookeeper.connection.timeout.ms", "int", None, "how long to wait for the first ZooKeeper connection "
+       "(default: zookeeper.session.timeout.ms)", at_least(1)),
+    _k("offsets.topic.replication.factor", "int", 3, "replication factor of __consumer_offsets in cluster mode "
+       "(single-broker mode always uses 1)", at_least(1)),
 )
 
 _NO_EFFECT: tuple[BrokerKey, ...] = (
@@ -155,11 +164,11 @@ _NO_EFFECT: tuple[BrokerKey, ...] = (
     _none("inter.broker.listener.name", "kafkalite is a single broker"),
     _none("inter.broker.protocol.version", "kafkalite speaks the current protocol"),
     _none("log.message.format.version", "record batches are always written in format v2"),
-    _none("zookeeper.connect", "kafkalite needs no ZooKeeper"),
+    _none("auto.leader.rebalance.enable", "preferred-leader rebalancing is not implemented yet"),
+    _none("controlled.shutdown.enable", "controlled shutdown is not implemented yet: a stopping broker's "
+          "partitions move when its ZooKeeper session ends"),
     _none("num.replica.fetchers", "kafkalite is a single broker: no replication"),
     _none("replica.lag.time.max.ms", "kafkalite is a single broker: no replication"),
-    _none("auto.leader.rebalance.enable", "kafkalite is a single broker: no leader movement"),
-    _none("offsets.topic.replication.factor", "kafkalite is a single broker: replication factor is 1"),
     _none("transaction.state.log.replication.factor", "transactions are not implemented yet"),
     _none("transaction.state.log.min.isr", "transactions are not implemented yet"),
     _none("transaction.state.log.num.partitions", "transactions are not implemented yet"),

@@ -1,0 +1,315 @@
+"""Kafka's ZooKeeper paths and JSON (ZkData.scala, ZooKeeper mode), encoded and decoded in one place.
+
+Every document is UTF-8 JSON (except `/controller_epoch`, plain decimal text); readers ignore keys they do
+not know, as Kafka's do, and a malformed document raises ZnodeFormatError naming the path.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafkalite.errors import KafkaliteError
+
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+BROKER_SEQID = "/brokers/seqid"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+DELETE_TOPICS = "/admin/delete_topics"
+ISR_CHANGE = "/isr_change_notification"
+LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+LOG_DIR_EVENTS = "/log_dir_event_notification"
+CLUSTER_ID = "/cluster/id"
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+# Kafka creates these at start-up (ZkData.PersistentZkPaths) so watches and children reads always work.
+PERSISTENT_PATHS = (
+    "/consumers", BROKER_IDS, BROKER_TOPICS, BROKER_SEQID, CONFIG_CHANGES, DELETE_TOPICS, ISR_CHANGE,
+    LATEST_PRODUCER_ID_BLOCK, LOG_DIR_EVENTS, CONFIG_TOPICS, "/config/clients", "/config/users",
+    "/config/brokers", "/config/ips",
+)
+
+
+class ZnodeFormatError(KafkaliteError):
+    """A znode's content is not what Kafka writes there."""
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+def _load(path: str, data: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ZnodeFormatError(f"{path} does not hold JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ZnodeFormatError(f"{path} holds {type(doc).__name__}, not a JSON object")
+    return doc
+
+
+def _dump(doc: Mapping[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+
+
+def _now_ms() -> str:
+    return str(int(time.time() * 1000))
+
+
+def _bad(path: str, exc: BaseException) -> ZnodeFormatError:
+    return ZnodeFormatError(f"{path} is malformed: {type(exc).__name__}: {exc}")
+
+
+# --- topic ids: Kafka writes Uuid.toString(), URL-safe base64 without padding -----------------------------
+
+def topic_id_to_str(topic_id: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
+
+
+def topic_id_from_str(text: str) -> uuid.UUID:
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if len(raw) != 16:
+        raise ValueError(f"topic id {text!r} is not 16 bytes")
+    return uuid.UUID(bytes=raw)
+
+
+# --- /brokers/ids/<id> (v5) -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Endpoint:
+    listener: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    broker_id: int
+    endpoints: tuple[Endpoint, ...]
+    rack: str | None = None
+    epoch: int = -1  # the znode's czxid: not in the JSON, filled in by the store when read
+
+    def endpoint(self) -> Endpoint:
+        return self.endpoints[0]
+
+    def encode(self) -> bytes:
+        first = next((e for e in self.endpoints if e.security_protocol == "PLAINTEXT"), self.endpoints[0])
+        doc: dict[str, Any] = {
+            "version": 5, "host": first.host, "port": first.port, "jmx_port": -1, "timestamp": _now_ms(),
+            "endpoints": [f"{e.listener}://{e.host}:{e.port}" for e in self.endpoints],
+            "listener_security_protocol_map": {e.listener: e.security_protocol for e in self.endpoints},
+            "features": {},
+        }
+        if self.rack is not None:
+            doc["rack"] = self.rack
+        return _dump(doc)
+
+    @classmethod
+    def decode(cls, broker_id: int, data: bytes, epoch: int = -1) -> BrokerRegistration:
+        path = broker_path(broker_id)
+        doc = _load(path, data)
+        try:
+            protocols = doc.get("listener_security_protocol_map") or {}
+            endpoints = []
+            for text in doc["endpoints"]:
+                name, rest = str(text).split("://", 1)
+                host, port = rest.rsplit(":", 1)
+                if host.startswith("[") and host.endswith("]"):
+                    host = host[1:-1]
+                endpoints.append(Endpoint(name, host, int(port), str(protocols.get(name, name))))
+            if not endpoints:
+                raise ValueError("no endpoints")
+            rack = doc.get("rack")
+            return cls(broker_id, tuple(endpoints), None if rack is None else str(rack), epoch)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise _bad(path, exc) from None
+
+
+# --- /controller and /controller_epoch ---------------------------------------------------------------------
+
+def encode_controller(broker_id: int) -> bytes:
+    return _dump({"version": 1, "brokerid": broker_id, "timestamp": _now_ms()})
+
+
+def decode_controller(data: bytes) -> int:
+    doc = _load(CONTROLLER, data)
+    try:
+        return int(doc["brokerid"])
+    except (KeyError, ValueError, TypeError) as exc:
+        raise _bad(CONTROLLER, exc) from None
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode("ascii")
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    try:
+        return int(data.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _bad(CONTROLLER_EPOCH, exc) from None
+
+
+# --- /brokers/topics/<topic> (v3) ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TopicAssignment:
+    topic: str
+    topic_id: uuid.UUID
+    partitions: dict[int, list[int]]  # partition -> replicas in AR order
+    adding: dict[int, list[int]] = field(default_factory=dict)
+    removing: dict[int, list[int]] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        def m(d: Mapping[int, Sequence[int]]) -> dict[str, list[int]]:
+            return {str(p): list(r) for p, r in sorted(d.items())}
+        return _dump({"version": 3, "partitions": m(self.partitions), "adding_replicas": m(self.adding),
+                      "removing_replicas": m(self.removing), "topic_id": topic_id_to_str(self.topic_id)})
+
+    @classmethod
+    def decode(cls, topic: str, data: bytes) -> TopicAssignment:
+        path = topic_path(topic)
+        doc = _load(path, data)
+        try:
+            def m(d: Mapping[str, Any] | None) -> dict[int, list[int]]:
+                return {int(p): [int(b) for b in r] for p, r in (d or {}).items()}
+            raw_id = doc.get("topic_id")
+            # A version 1/2 document (written before topic ids) gets its id assigned by the controller.
+            topic_id = topic_id_from_str(str(raw_id)) if raw_id else uuid.UUID(int=0)
+            return cls(topic, topic_id, m(doc["partitions"]), m(doc.get("adding_replicas")),
+                       m(doc.get("removing_replicas")))
+        except (KeyError, ValueError, TypeError, AttributeError) as exc:
+            raise _bad(path, exc) from None
+
+
+# --- /brokers/topics/<t>/partitions/<p>/state --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PartitionState:
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int = -1  # the znode version, filled in by the store when read or written
+
+    def encode(self) -> bytes:
+        return _dump({"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
+                      "leader_epoch": self.leader_epoch, "isr": list(self.isr)})
+
+    @classmethod
+    def decode(cls, path: str, data: bytes, zk_version: int = -1) -> PartitionState:
+        doc = _load(path, data)
+        try:
+            return cls(int(doc["leader"]), int(doc["leader_epoch"]), tuple(int(b) for b in doc["isr"]),
+                       int(doc["controller_epoch"]), zk_version)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise _bad(path, exc) from None
+
+
+# --- /config/topics/<topic> and /config/changes --------------------------------------------------------------
+
+def encode_topic_config(configs: Mapping[str, str]) -> bytes:
+    return _dump({"version": 1, "config": {str(k): str(v) for k, v in configs.items()}})
+
+
+def decode_topic_config(topic: str, data: bytes) -> dict[str, str]:
+    path = topic_config_path(topic)
+    doc = _load(path, data)
+    cfg = doc.get("config", {})
+    if not isinstance(cfg, dict):
+        raise ZnodeFormatError(f"{path} is malformed: 'config' is not an object")
+    return {str(k): str(v) for k, v in cfg.items()}
+
+
+def encode_config_change(topic: str) -> bytes:
+    return _dump({"version": 2, "entity_path": f"topics/{topic}"})
+
+
+def decode_config_change(path: str, data: bytes) -> tuple[str, str]:
+    """(entity type, entity name), e.g. ("topics", "orders")."""
+    doc = _load(path, data)
+    try:
+        kind, name = str(doc["entity_path"]).split("/", 1)
+        return kind, name
+    except (KeyError, ValueError) as exc:
+        raise _bad(path, exc) from None
+
+
+# --- /latest_producer_id_block -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProducerIdBlock:
+    broker_id: int
+    start: int
+    end: int  # inclusive
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "broker": self.broker_id, "block_start": str(self.start),
+                      "block_end": str(self.end)})
+
+    @classmethod
+    def decode(cls, data: bytes) -> ProducerIdBlock:
+        doc = _load(LATEST_PRODUCER_ID_BLOCK, data)
+        try:
+            return cls(int(doc["broker"]), int(doc["block_start"]), int(doc["block_end"]))
+        except (KeyError, ValueError, TypeError) as exc:
+            raise _bad(LATEST_PRODUCER_ID_BLOCK, exc) from None
+
+    def next(self, broker_id: int) -> ProducerIdBlock:
+        return ProducerIdBlock(broker_id, self.end + 1, self.end + PRODUCER_ID_BLOCK_SIZE)
+
+
+def first_producer_id_block(broker_id: int) -> ProducerIdBlock:
+    return ProducerIdBlock(broker_id, 0, PRODUCER_ID_BLOCK_SIZE - 1)
+
+
+# --- /cluster/id ---------------------------------------------------------------------------------------------
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    doc = _load(CLUSTER_ID, data)
+    try:
+        return str(doc["id"])
+    except KeyError as exc:
+        raise _bad(CLUSTER_ID, exc) from None
+
+
+def new_cluster_id() -> str:
+    return topic_id_to_str(uuid.uuid4())
