@@ -35,6 +35,25 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory):
+    """One ZooKeeper for the whole session (tests/support/zookeeper.py); each test takes its own chroot."""
+    from tests.support.zookeeper import ZooKeeperServer, missing
+
+    why = missing()
+    if why:
+        pytest.skip(f"cluster tests need ZooKeeper: {why}")
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zk_connect(zookeeper_server):
+    """A zookeeper.connect string with a chroot of this test's own."""
+    return zookeeper_server.connect()
+
+
+@pytest.fixture(scope="session")
 def spark():
     """One local Spark session for every Spark test module: starting one costs 10+ s, and the first
     Python data source query ~5 s more; 1 GiB driver memory suits a 2-core CI machine."""

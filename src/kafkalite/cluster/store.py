@@ -1,0 +1,144 @@
+"""The small interface between the cluster's code (controller, brokers) and the store holding its metadata.
+
+Kafka's ZooKeeper mode needs only these operations: register a broker (its epoch is the registration's
+creation id), elect a controller (epoch + fencing token), writes fenced by that token, compare-and-set of a
+partition's state, topic creation (config first, then assignment), change watches, sequential nodes and
+producer-id blocks. `zk_store.ZkStore` implements it over ZooKeeper with Kafka's paths and JSON; another
+backend (etcd, or a local file for one broker) implements the same methods.
+
+Every method is a coroutine run on the broker's event loop; a backend does its blocking I/O elsewhere.
+Watch callbacks and the session-lost callback are always called on that loop, never on a backend thread.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from kafkalite.cluster.znodes import BrokerRegistration, PartitionState, ProducerIdBlock, TopicAssignment
+
+
+@dataclass(frozen=True)
+class ControllerLease:
+    """What a controller holds after winning an election: its epoch, and the version of the epoch record
+    that every write it makes is conditional on (Kafka's controller epoch zkVersion)."""
+
+    broker_id: int
+    epoch: int
+    epoch_version: int
+
+
+ChildrenCallback = Callable[[list[str]], None]
+DataCallback = Callable[[bytes | None], None]
+
+
+class ClusterStore(ABC):
+    """Where the cluster's metadata lives. Controller writes take a ControllerLease and raise
+    NotControllerError when another controller has been elected since (the lease is fenced)."""
+
+    on_session_lost: Callable[[], None] | None = None
+    on_session_restored: Callable[[], None] | None = None
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Connect and create the persistent paths; raises KafkaliteError naming the store if it can't."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    # --- cluster and brokers -----------------------------------------------------------------------
+
+    @abstractmethod
+    async def get_or_create_cluster_id(self, proposed: str) -> str: ...
+
+    @abstractmethod
+    async def register_broker(self, registration: BrokerRegistration) -> int:
+        """Register this broker for as long as its session lives; returns its broker epoch. Raises
+        KafkaliteError when the id is already registered by a live broker."""
+
+    @abstractmethod
+    async def brokers(self) -> dict[int, BrokerRegistration]:
+        """Live brokers, each with its epoch."""
+
+    # --- controller -------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def controller_id(self) -> int | None: ...
+
+    @abstractmethod
+    async def elect_controller(self, broker_id: int) -> ControllerLease | None:
+        """Become controller if there is none; None when another broker is controller."""
+
+    # --- topics -----------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def topics(self) -> list[str]: ...
+
+    @abstractmethod
+    async def topic_assignment(self, topic: str) -> TopicAssignment | None: ...
+
+    @abstractmethod
+    async def create_topic(self, assignment: TopicAssignment, configs: Mapping[str, str]) -> None:
+        """Config first, then the assignment (whose appearance is what the controller acts on); raises
+        TopicAlreadyExistsError when the topic exists."""
+
+    @abstractmethod
+    async def add_partitions(self, assignment: TopicAssignment, expected_partitions: int) -> None:
+        """Replace a topic's assignment by one with more partitions, if it still has `expected_partitions`."""
+
+    @abstractmethod
+    async def set_topic_id(self, lease: ControllerLease, assignment: TopicAssignment) -> None: ...
+
+    @abstractmethod
+    async def partition_state(self, topic: str, partition: int) -> PartitionState | None: ...
+
+    @abstractmethod
+    async def create_partition_states(self, lease: ControllerLease,
+                                      states: Mapping[tuple[str, int], PartitionState]
+                                      ) -> dict[tuple[str, int], PartitionState]:
+        """Create new partitions' states (fenced); returns them with their versions."""
+
+    @abstractmethod
+    async def update_partition_state(self, lease: ControllerLease, topic: str, partition: int,
+                                     state: PartitionState) -> PartitionState | None:
+        """Fenced compare-and-set against `state.zk_version`; the written state with its new version, or
+        None when the state changed meanwhile (re-read and retry)."""
+
+    @abstractmethod
+    async def request_topic_deletion(self, topic: str) -> None: ...
+
+    @abstractmethod
+    async def topics_to_delete(self) -> list[str]: ...
+
+    @abstractmethod
+    async def delete_topic(self, lease: ControllerLease, topic: str) -> None:
+        """Remove the topic's assignment, states, config and deletion marker (fenced)."""
+
+    # --- configs ----------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def topic_config(self, topic: str) -> dict[str, str]: ...
+
+    @abstractmethod
+    async def set_topic_config(self, topic: str, configs: Mapping[str, str]) -> None:
+        """Write the config and a change notification every broker watches."""
+
+    # --- producer ids ------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def next_producer_id_block(self, broker_id: int) -> ProducerIdBlock:
+        """A block of producer ids no other broker has been or will be given."""
+
+    # --- watches and sequential nodes -------------------------------------------------------------
+
+    @abstractmethod
+    def watch_children(self, path: str, callback: ChildrenCallback) -> None:
+        """Call `callback(children)` on the event loop now and after every change, for the store's life."""
+
+    @abstractmethod
+    def watch_data(self, path: str, callback: DataCallback) -> None:
+        """Call `callback(data or None when absent)` on the event loop now and after every change."""
+
+    @abstractmethod
+    async def create_sequential(self, prefix: str, data: bytes) -> str: ...

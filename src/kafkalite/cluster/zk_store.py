@@ -1,0 +1,420 @@
+"""ClusterStore over ZooKeeper 3.8 through kazoo, with Kafka's ZooKeeper-mode paths and JSON (znodes.py).
+
+kazoo is thread-based: its calls block and its watches fire on its own thread. Every blocking call here
+runs in a worker thread (`asyncio.to_thread`), and every watch or session event is handed to the event
+loop with `call_soon_threadsafe`, so the loop never waits on ZooKeeper and callbacks run where the rest of
+the broker runs. Controller writes are ZooKeeper multi-ops opening with a version check of
+`/controller_epoch` (Kafka's wrapRequestWithControllerEpochCheck): a controller that has been replaced
+gets BADVERSION, the write is not applied, and NotControllerError tells it to resign.
+
+kazoo reconnects with a new session after one is lost, silently dropping this client's ephemeral nodes;
+`on_session_lost` / `on_session_restored` let the broker re-register and re-run the election as Kafka does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+from kafkalite.cluster import znodes as z
+from kafkalite.cluster.store import ChildrenCallback, ClusterStore, ControllerLease, DataCallback
+from kafkalite.cluster.znodes import BrokerRegistration, PartitionState, ProducerIdBlock, TopicAssignment
+from kafkalite.errors import KafkaliteError, NotControllerError, TopicAlreadyExistsError
+
+log = logging.getLogger("kafkalite.cluster.zk")
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """`host:port,host:port/chroot` -> (hosts, chroot or "")."""
+    slash = connect.find("/")
+    if slash < 0:
+        return connect, ""
+    chroot = connect[slash:].rstrip("/")
+    return connect[:slash], chroot
+
+
+class ZkStore(ClusterStore):
+    def __init__(self, connect: str, session_timeout_ms: int = 18000, connection_timeout_ms: int | None = None
+                 ) -> None:
+        self.connect = connect
+        self.hosts, self.chroot = split_connect(connect)
+        self.session_timeout_s = session_timeout_ms / 1000
+        self.connection_timeout_s = (connection_timeout_ms or session_timeout_ms) / 1000
+        self.client: KazooClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lost = threading.Event()
+        self._closing = False
+
+    # --- plumbing ---------------------------------------------------------------------------------
+
+    @property
+    def zk(self) -> KazooClient:
+        assert self.client is not None, "ZkStore.start() first"
+        return self.client
+
+    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and not self._closing:
+            loop.call_soon_threadsafe(fn, *args)
+
+    async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except (KazooTimeoutError, KazooException) as exc:
+            if isinstance(exc, (NodeExistsError, NoNodeError, BadVersionError, NotEmptyError)):
+                raise
+            raise KafkaliteError(f"ZooKeeper {self.connect} (zookeeper.connect): {type(exc).__name__} {exc}"
+                                 ) from exc
+
+    def _state_listener(self, state: str) -> None:
+        # kazoo's thread; must not block
+        if self._closing:
+            return
+        if state == KazooState.LOST:
+            self._lost.set()
+            log.warning("ZooKeeper session lost: this broker's registration is gone until it re-registers")
+            if self.on_session_lost is not None:
+                self._on_loop(self.on_session_lost)
+        elif state == KazooState.CONNECTED and self._lost.is_set():
+            self._lost.clear()
+            log.info("ZooKeeper reconnected with a new session")
+            if self.on_session_restored is not None:
+                self._on_loop(self.on_session_restored)
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self.chroot:
+            await self._run(self._make_chroot)
+        client = KazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s)
+        try:
+            await asyncio.to_thread(client.start, self.connection_timeout_s)
+        except (KazooTimeoutError, KazooException) as exc:
+            await asyncio.to_thread(client.close)
+            raise KafkaliteError(f"cannot connect to ZooKeeper at {self.connect} (zookeeper.connect) within "
+                                 f"{self.connection_timeout_s:g} s (zookeeper.connection.timeout.ms): {exc}; is "
+                                 "ZooKeeper running there?") from None
+        client.add_listener(self._state_listener)
+        self.client = client
+        await self._run(self._ensure_paths)
+
+    def _make_chroot(self) -> None:
+        c = KazooClient(hosts=self.hosts, timeout=self.session_timeout_s)
+        try:
+            c.start(self.connection_timeout_s)
+        except KazooTimeoutError:
+            raise KafkaliteError(f"cannot connect to ZooKeeper at {self.hosts} (zookeeper.connect) within "
+                                 f"{self.connection_timeout_s:g} s (zookeeper.connection.timeout.ms); is ZooKeeper "
+                                 "running there?") from None
+        try:
+            c.ensure_path(self.chroot)
+        finally:
+            c.stop()
+            c.close()
+
+    def _ensure_paths(self) -> None:
+        for p in z.PERSISTENT_PATHS:
+            self.zk.ensure_path(p)
+
+    async def close(self) -> None:
+        self._closing = True
+        client, self.client = self.client, None
+        if client is not None:
+            def stop() -> None:
+                client.stop()
+                client.close()
+            await asyncio.to_thread(stop)
+
+    # --- cluster and brokers ---------------------------------------------------------------------
+
+    async def get_or_create_cluster_id(self, proposed: str) -> str:
+        def run() -> str:
+            try:
+                self.zk.create(z.CLUSTER_ID, z.encode_cluster_id(proposed), makepath=True)
+                return proposed
+            except NodeExistsError:
+                data, _ = self.zk.get(z.CLUSTER_ID)
+                return z.decode_cluster_id(data)
+        return await self._run(run)
+
+    async def register_broker(self, registration: BrokerRegistration) -> int:
+        path = z.broker_path(registration.broker_id)
+
+        def run() -> int:
+            try:
+                _, stat = self.zk.create(path, registration.encode(), ephemeral=True, include_data=True)
+                return int(stat.czxid)
+            except NodeExistsError:
+                _data, stat = self.zk.get(path)
+                if stat.ephemeralOwner == self.zk.client_id[0]:  # ours already (a retried create)
+                    return int(stat.czxid)
+                raise KafkaliteError(f"broker.id {registration.broker_id} is already registered in ZooKeeper "
+                                     f"({self.connect}{path}) by a running broker; give each broker its own "
+                                     "broker.id") from None
+        return await self._run(run)
+
+    async def brokers(self) -> dict[int, BrokerRegistration]:
+        def run() -> dict[int, BrokerRegistration]:
+            out = {}
+            for child in self.zk.get_children(z.BROKER_IDS):
+                try:
+                    data, stat = self.zk.get(f"{z.BROKER_IDS}/{child}")
+                except NoNodeError:
+                    continue
+                bid = int(child)
+                out[bid] = BrokerRegistration.decode(bid, data, int(stat.czxid))
+            return out
+        return await self._run(run)
+
+    # --- controller --------------------------------------------------------------------------------
+
+    async def controller_id(self) -> int | None:
+        def run() -> int | None:
+            try:
+                data, _ = self.zk.get(z.CONTROLLER)
+            except NoNodeError:
+                return None
+            return z.decode_controller(data)
+        return await self._run(run)
+
+    async def elect_controller(self, broker_id: int) -> ControllerLease | None:
+        """Kafka's registerControllerAndIncrementControllerEpoch: one multi creates the ephemeral /controller
+        and bumps /controller_epoch conditionally on its version; a lost race returns None."""
+        def run() -> ControllerLease | None:
+            try:
+                data, _ = self.zk.get(z.CONTROLLER)
+                if z.decode_controller(data) != broker_id:
+                    return None
+            except NoNodeError:
+                pass
+            try:
+                data, stat = self.zk.get(z.CONTROLLER_EPOCH)
+                epoch, version = z.decode_controller_epoch(data), stat.version
+            except NoNodeError:
+                with contextlib.suppress(NodeExistsError):
+                    self.zk.create(z.CONTROLLER_EPOCH, z.encode_controller_epoch(0))
+                data, stat = self.zk.get(z.CONTROLLER_EPOCH)
+                epoch, version = z.decode_controller_epoch(data), stat.version
+            t = self.zk.transaction()
+            t.create(z.CONTROLLER, z.encode_controller(broker_id), ephemeral=True)
+            t.set_data(z.CONTROLLER_EPOCH, z.encode_controller_epoch(epoch + 1), version=version)
+            results = t.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                return ControllerLease(broker_id, epoch + 1, version + 1)
+            # Lost the race, or a lost response: I won if /controller names me and the epoch is mine.
+            try:
+                cdata, cstat = self.zk.get(z.CONTROLLER)
+                edata, estat = self.zk.get(z.CONTROLLER_EPOCH)
+            except NoNodeError:
+                return None
+            if z.decode_controller(cdata) == broker_id and cstat.ephemeralOwner == self.zk.client_id[0] and \
+                    z.decode_controller_epoch(edata) == epoch + 1:
+                return ControllerLease(broker_id, epoch + 1, estat.version)
+            return None
+        return await self._run(run)
+
+    def _fenced(self, lease: ControllerLease, ops: Callable[[Any], None]) -> list[Any]:
+        """Run `ops(transaction)` after a check of /controller_epoch's version; NotControllerError if fenced."""
+        t = self.zk.transaction()
+        t.check(z.CONTROLLER_EPOCH, lease.epoch_version)
+        ops(t)
+        results = t.commit()
+        if isinstance(results[0], (BadVersionError, NoNodeError)):
+            raise NotControllerError(f"broker {lease.broker_id} is no longer the controller (epoch {lease.epoch} "
+                                     "was superseded): its write was not applied")
+        failed = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)),
+                      None)
+        if failed is not None:
+            raise failed
+        return results[1:]
+
+    # --- topics ------------------------------------------------------------------------------------
+
+    async def topics(self) -> list[str]:
+        return await self._run(self.zk.get_children, z.BROKER_TOPICS)
+
+    async def topic_assignment(self, topic: str) -> TopicAssignment | None:
+        def run() -> TopicAssignment | None:
+            try:
+                data, _ = self.zk.get(z.topic_path(topic))
+            except NoNodeError:
+                return None
+            return TopicAssignment.decode(topic, data)
+        return await self._run(run)
+
+    async def create_topic(self, assignment: TopicAssignment, configs: Mapping[str, str]) -> None:
+        topic = assignment.topic
+
+        def run() -> None:
+            if self.zk.exists(z.topic_path(topic)):
+                raise TopicAlreadyExistsError(f"Topic '{topic}' already exists.")
+            # Kafka's AdminZkClient: the config is written (or overwritten) first, then the assignment.
+            path = z.topic_config_path(topic)
+            try:
+                self.zk.create(path, z.encode_topic_config(configs))
+            except NodeExistsError:
+                self.zk.set(path, z.encode_topic_config(configs))
+            try:
+                self.zk.create(z.topic_path(topic), assignment.encode())
+            except NodeExistsError:
+                raise TopicAlreadyExistsError(f"Topic '{topic}' already exists.") from None
+        await self._run(run)
+
+    async def add_partitions(self, assignment: TopicAssignment, expected_partitions: int) -> None:
+        def run() -> None:
+            data, stat = self.zk.get(z.topic_path(assignment.topic))
+            current = TopicAssignment.decode(assignment.topic, data)
+            if len(current.partitions) != expected_partitions:
+                raise BadVersionError()
+            self.zk.set(z.topic_path(assignment.topic), assignment.encode(), version=stat.version)
+        await self._run(run)
+
+    async def set_topic_id(self, lease: ControllerLease, assignment: TopicAssignment) -> None:
+        await self._run(self._fenced, lease, lambda t: t.set_data(z.topic_path(assignment.topic), assignment.encode()))
+
+    async def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        path = z.partition_state_path(topic, partition)
+
+        def run() -> PartitionState | None:
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                return None
+            return PartitionState.decode(path, data, stat.version)
+        return await self._run(run)
+
+    async def create_partition_states(self, lease: ControllerLease,
+                                      states: Mapping[tuple[str, int], PartitionState]
+                                      ) -> dict[tuple[str, int], PartitionState]:
+        def run() -> dict[tuple[str, int], PartitionState]:
+            for topic, p in states:
+                self.zk.ensure_path(z.partition_path(topic, p))
+            out = {}
+            items = list(states.items())
+            for i in range(0, len(items), 500):  # keep each multi well under ZooKeeper's 1 MB packet
+                chunk = items[i:i + 500]
+
+                def ops(t: Any, chunk: list[tuple[tuple[str, int], PartitionState]] = chunk) -> None:
+                    for (topic, p), s in chunk:
+                        t.create(z.partition_state_path(topic, p), s.encode())
+                self._fenced(lease, ops)
+                for key, s in chunk:
+                    out[key] = PartitionState(s.leader, s.leader_epoch, s.isr, s.controller_epoch, 0)
+            return out
+        return await self._run(run)
+
+    async def update_partition_state(self, lease: ControllerLease, topic: str, partition: int,
+                                     state: PartitionState) -> PartitionState | None:
+        path = z.partition_state_path(topic, partition)
+
+        def run() -> PartitionState | None:
+            try:
+                results = self._fenced(lease, lambda t: t.set_data(path, state.encode(), version=state.zk_version))
+            except BadVersionError:
+                return None
+            stat = results[0]
+            return PartitionState(state.leader, state.leader_epoch, state.isr, state.controller_epoch,
+                                  int(stat.version))
+        return await self._run(run)
+
+    async def request_topic_deletion(self, topic: str) -> None:
+        def run() -> None:
+            with contextlib.suppress(NodeExistsError):
+                self.zk.create(z.delete_topic_path(topic))
+        await self._run(run)
+
+    async def topics_to_delete(self) -> list[str]:
+        return await self._run(self.zk.get_children, z.DELETE_TOPICS)
+
+    async def delete_topic(self, lease: ControllerLease, topic: str) -> None:
+        def run() -> None:
+            paths: list[str] = []
+            parts = z.partitions_path(topic)
+            if self.zk.exists(parts):
+                for p in self.zk.get_children(parts):
+                    base = f"{parts}/{p}"
+                    paths += [f"{base}/{c}" for c in self.zk.get_children(base)] + [base]
+                paths.append(parts)
+            for path in (z.topic_path(topic), z.topic_config_path(topic), z.delete_topic_path(topic)):
+                if self.zk.exists(path):
+                    paths.append(path)
+
+            def ops(t: Any) -> None:
+                for path in paths:
+                    t.delete(path)
+            self._fenced(lease, ops)
+        await self._run(run)
+
+    # --- configs -----------------------------------------------------------------------------------
+
+    async def topic_config(self, topic: str) -> dict[str, str]:
+        def run() -> dict[str, str]:
+            try:
+                data, _ = self.zk.get(z.topic_config_path(topic))
+            except NoNodeError:
+                return {}
+            return z.decode_topic_config(topic, data)
+        return await self._run(run)
+
+    async def set_topic_config(self, topic: str, configs: Mapping[str, str]) -> None:
+        def run() -> None:
+            path = z.topic_config_path(topic)
+            try:
+                self.zk.set(path, z.encode_topic_config(configs))
+            except NoNodeError:
+                self.zk.create(path, z.encode_topic_config(configs), makepath=True)
+            self.zk.create(f"{z.CONFIG_CHANGES}/{z.CONFIG_CHANGE_PREFIX}", z.encode_config_change(topic),
+                           sequence=True)
+        await self._run(run)
+
+    # --- producer ids ------------------------------------------------------------------------------
+
+    async def next_producer_id_block(self, broker_id: int) -> ProducerIdBlock:
+        def run() -> ProducerIdBlock:
+            while True:
+                data, stat = self.zk.get(z.LATEST_PRODUCER_ID_BLOCK)
+                block = (ProducerIdBlock.decode(data).next(broker_id) if data
+                         else z.first_producer_id_block(broker_id))
+                try:
+                    self.zk.set(z.LATEST_PRODUCER_ID_BLOCK, block.encode(), version=stat.version)
+                    return block
+                except BadVersionError:
+                    continue  # another broker took a block meanwhile: take the next one
+        return await self._run(run)
+
+    # --- watches -----------------------------------------------------------------------------------
+
+    def watch_children(self, path: str, callback: ChildrenCallback) -> None:
+        self.zk.ensure_path(path)  # a quick synchronous call, made once when a watch is set up
+
+        def fire(children: list[str] | None) -> bool:
+            if self._closing:
+                return False
+            self._on_loop(callback, list(children or []))
+            return True
+        self.zk.ChildrenWatch(path, fire)
+
+    def watch_data(self, path: str, callback: DataCallback) -> None:
+        def fire(data: bytes | None, _stat: Any, *_event: Any) -> bool:
+            if self._closing:
+                return False
+            self._on_loop(callback, data)
+            return True
+        self.zk.DataWatch(path, fire)
+
+    async def create_sequential(self, prefix: str, data: bytes) -> str:
+        return await self._run(self.zk.create, prefix, data, sequence=True, makepath=True)

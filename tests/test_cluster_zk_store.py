@@ -1,0 +1,162 @@
+"""The ZooKeeper backend against a real ZooKeeper: epochs, elections and fencing, conditional writes, watches."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+
+import pytest
+
+from kafkalite.cluster import znodes as z
+from kafkalite.cluster.zk_store import ZkStore, split_connect
+from kafkalite.errors import KafkaliteError, NotControllerError, TopicAlreadyExistsError
+
+pytestmark = pytest.mark.cluster
+
+
+def reg(broker_id: int, port: int = 9092) -> z.BrokerRegistration:
+    return z.BrokerRegistration(broker_id, (z.Endpoint("PLAINTEXT", "127.0.0.1", port),))
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def test_split_connect():
+    assert split_connect("a:1,b:2/kl/x") == ("a:1,b:2", "/kl/x")
+    assert split_connect("a:1") == ("a:1", "")
+
+
+def test_broker_epochs_grow_and_ids_are_unique(zk_connect):
+    async def main():
+        a, b = ZkStore(zk_connect, 3000), ZkStore(zk_connect, 3000)
+        await a.start()
+        await b.start()
+        try:
+            e1 = await a.register_broker(reg(1))
+            with pytest.raises(KafkaliteError, match=r"broker\.id 1 is already registered"):
+                await b.register_broker(reg(1))
+            e2 = await b.register_broker(reg(2, 9093))
+            assert e2 > e1 > 0
+            live = await a.brokers()
+            assert sorted(live) == [1, 2] and live[1].epoch == e1 and live[2].endpoint().port == 9093
+            await b.close()  # its session ends: the registration goes with it
+            assert sorted(await a.brokers()) == [1]
+            c = ZkStore(zk_connect, 3000)
+            await c.start()
+            assert await c.register_broker(reg(2, 9093)) > e2  # a returning broker has a newer epoch
+            await c.close()
+            assert await a.get_or_create_cluster_id("abc") == "abc"
+            assert await a.get_or_create_cluster_id("other") == "abc"
+        finally:
+            await a.close()
+            await b.close()
+    run(main())
+
+
+def test_election_and_fencing_of_a_replaced_controller(zk_connect):
+    async def main():
+        a, b = ZkStore(zk_connect, 3000), ZkStore(zk_connect, 3000)
+        await a.start()
+        await b.start()
+        try:
+            lease_a = await a.elect_controller(1)
+            assert lease_a is not None and lease_a.epoch == 1
+            assert await b.elect_controller(2) is None and await b.controller_id() == 1
+            topic = z.TopicAssignment("t", uuid.uuid4(), {0: [1, 2]})
+            await b.create_topic(topic, {"cleanup.policy": "compact"})
+            with pytest.raises(TopicAlreadyExistsError):
+                await a.create_topic(topic, {})
+            assert await a.topic_config("t") == {"cleanup.policy": "compact"}
+            states = await a.create_partition_states(lease_a, {("t", 0): z.PartitionState(1, 0, (1, 2), 1)})
+            s0 = states[("t", 0)]
+            s1 = await a.update_partition_state(lease_a, "t", 0, z.PartitionState(2, 1, (2,), 1, s0.zk_version))
+            assert s1 is not None and s1.zk_version == s0.zk_version + 1
+            # compare-and-set: a write based on the old version is refused
+            assert await a.update_partition_state(lease_a, "t", 0, z.PartitionState(1, 2, (1,), 1, 0)) is None
+            await a.close()  # controller 1 goes away: 2 takes over with a higher epoch
+            lease_b = await b.elect_controller(2)
+            assert lease_b is not None and lease_b.epoch == 2 and await b.controller_id() == 2
+            # a zombie holding the old lease (here: a new session with controller 1's lease) is fenced
+            zombie = ZkStore(zk_connect, 3000)
+            await zombie.start()
+            with pytest.raises(NotControllerError):
+                await zombie.update_partition_state(lease_a, "t", 0, z.PartitionState(1, 9, (1,), 1, s1.zk_version))
+            with pytest.raises(NotControllerError):
+                await zombie.delete_topic(lease_a, "t")
+            await zombie.close()
+            state = await b.partition_state("t", 0)
+            assert state is not None and state.leader == 2 and state.leader_epoch == 1
+            await b.request_topic_deletion("t")
+            assert await b.topics_to_delete() == ["t"]
+            await b.delete_topic(lease_b, "t")
+            assert await b.topics() == [] and await b.topics_to_delete() == [] and await b.topic_config("t") == {}
+        finally:
+            await a.close()
+            await b.close()
+    run(main())
+
+
+def test_producer_id_blocks_are_unique_across_brokers(zk_connect):
+    async def main():
+        stores = [ZkStore(zk_connect, 3000) for _ in range(3)]
+        for s in stores:
+            await s.start()
+        try:
+            blocks = await asyncio.gather(*(s.next_producer_id_block(i) for i, s in enumerate(stores)
+                                            for _ in range(4)))
+            starts = sorted(b.start for b in blocks)
+            assert starts == [i * z.PRODUCER_ID_BLOCK_SIZE for i in range(12)]
+            assert all(b.end == b.start + 999 for b in blocks)
+        finally:
+            for s in stores:
+                await s.close()
+    run(main())
+
+
+def test_watches_run_on_the_event_loop(zk_connect):
+    async def main():
+        s = ZkStore(zk_connect, 3000)
+        await s.start()
+        seen: list[tuple[str, object]] = []
+        loop_thread = threading.get_ident()
+        changed = asyncio.Event()
+
+        def on_children(children):
+            assert threading.get_ident() == loop_thread
+            seen.append(("children", sorted(children)))
+            changed.set()
+
+        def on_data(data):
+            assert threading.get_ident() == loop_thread
+            seen.append(("data", data))
+            changed.set()
+        try:
+            s.watch_children(z.BROKER_IDS, on_children)
+            s.watch_data(z.CONTROLLER, on_data)
+            await s.register_broker(reg(5))
+            await s.elect_controller(5)
+            for _ in range(50):
+                if ("children", ["5"]) in seen and any(k == "data" and v for k, v in seen):
+                    break
+                changed.clear()
+                await asyncio.wait_for(changed.wait(), 5)
+            assert ("children", []) in seen and ("children", ["5"]) in seen
+            last = next(v for k, v in reversed(seen) if k == "data")
+            assert ("data", None) in seen and z.decode_controller(last) == 5
+            path = await s.create_sequential(f"{z.CONFIG_CHANGES}/{z.CONFIG_CHANGE_PREFIX}", b"{}")
+            assert path.startswith(f"{z.CONFIG_CHANGES}/{z.CONFIG_CHANGE_PREFIX}") and path[-10:].isdigit()
+        finally:
+            await s.close()
+    run(main())
+
+
+def test_unreachable_zookeeper_is_named():
+    from tests.support.brokers import free_port
+
+    async def main():
+        s = ZkStore(f"127.0.0.1:{free_port()}/kl", 2000, 1000)
+        with pytest.raises(KafkaliteError, match=r"cannot connect to ZooKeeper at 127.0.0.1:\d+ \(zookeeper.connect\)"):
+            await s.start()
+    run(main())
