@@ -52,6 +52,7 @@ class Broker:
         self.replicas: ReplicaManager | None = None
         self.apis: KafkaApis | None = None
         self.coordinator: Any = None
+        self.cluster: Any = None  # a ClusterNode when zookeeper.connect is set
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._writers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
@@ -95,6 +96,12 @@ class Broker:
         self.logs.startup()
         for server in self._servers:
             await server.start_serving()
+        if cfg.get("zookeeper.connect"):
+            # Cluster mode (docs/cluster.md): registered only once listening, so the controller can connect.
+            from kafkalite.broker.cluster_node import ClusterNode
+
+            self.cluster = ClusterNode(cfg, self.replicas, self.apis)
+            await self.cluster.start()
         self._background.append(asyncio.create_task(self.replicas.run_checkpoints(self._stop)))
         self._background.append(asyncio.create_task(self._close_idle_connections()))
         # What start-up built (logs, segments, indexes, compiled protocol codecs) lives as long as the
@@ -156,6 +163,10 @@ class Broker:
         for s in self._servers:
             with contextlib.suppress(Exception):
                 await s.wait_closed()
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):
+                await self.cluster.stop()
+            self.cluster = None
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

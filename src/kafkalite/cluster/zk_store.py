@@ -59,6 +59,8 @@ class ZkStore(ClusterStore):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lost = threading.Event()
         self._closing = False
+        self._inflight = 0  # blocking calls running on worker threads (close() lets them finish)
+        self._inflight_lock = threading.Lock()
 
     # --- plumbing ---------------------------------------------------------------------------------
 
@@ -72,9 +74,20 @@ class ZkStore(ClusterStore):
         if loop is not None and not loop.is_closed() and not self._closing:
             loop.call_soon_threadsafe(fn, *args)
 
-    async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _counted(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with self._inflight_lock:
+            self._inflight += 1
         try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            return fn(*args, **kwargs)
+        finally:
+            with self._inflight_lock:
+                self._inflight -= 1
+
+    async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._closing:
+            raise KafkaliteError(f"the connection to ZooKeeper {self.connect} is closing")
+        try:
+            return await asyncio.to_thread(self._counted, fn, *args, **kwargs)
         except (KazooTimeoutError, KazooException) as exc:
             if isinstance(exc, (NodeExistsError, NoNodeError, BadVersionError, NotEmptyError)):
                 raise
@@ -131,7 +144,12 @@ class ZkStore(ClusterStore):
             self.zk.ensure_path(p)
 
     async def close(self) -> None:
+        """Let calls already on worker threads finish (a kazoo call cut off by stop() would never return and
+        hold up the interpreter's exit), then end the session."""
         self._closing = True
+        deadline = asyncio.get_running_loop().time() + self.session_timeout_s
+        while self._inflight and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
         client, self.client = self.client, None
         if client is not None:
             def stop() -> None:

@@ -1,0 +1,602 @@
+"""A broker's part in a cluster (zookeeper.connect set): registration, the controller, the controller's
+requests, and the client APIs whose answers depend on the whole cluster.
+
+At start-up (after the listeners are up, so the controller can reach us) the broker registers in ZooKeeper
+(its broker epoch is the registration's creation id), starts its Controller (active only if elected) and
+replaces the handlers of KafkaApis that a single broker answers alone:
+- Metadata and DescribeCluster come from the MetadataCache that UpdateMetadata fills, so every broker
+  answers alike;
+- CreateTopics, DeleteTopics and CreatePartitions write ZooKeeper (Kafka's admin paths) and any broker takes
+  them; the controller does the rest;
+- produce, fetch and list-offsets for a partition this broker does not lead get NOT_LEADER_OR_FOLLOWER;
+- InitProducerId takes ids from blocks reserved in /latest_producer_id_block, unique in the cluster;
+- LeaderAndIsr, StopReplica and UpdateMetadata are checked against the controller and broker epochs (§2.4
+  of the replication reference) and then applied to the local logs and the cache.
+After a lost ZooKeeper session the broker registers again (a new broker epoch) and re-runs the election.
+
+Data is not replicated yet: a partition's records are on its leader only (docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kafkalite.broker.apis import CloseConnection, KafkaApis
+from kafkalite.broker.config import BrokerConfig
+from kafkalite.broker.metadata import INTERNAL_TOPICS, validate_topic_name, write_partition_topic_id
+from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
+from kafkalite.cluster import znodes as z
+from kafkalite.cluster.assignment import assign_replicas
+from kafkalite.cluster.controller import Controller, ControllerSettings
+from kafkalite.cluster.metadata_cache import MetadataCache
+from kafkalite.cluster.zk_store import ZkStore
+from kafkalite.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationAssignmentError,
+    InvalidRequestError,
+    InvalidTopicError,
+    KafkaliteError,
+    StaleBrokerEpochError,
+    StaleControllerEpochError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from kafkalite.protocol import ApiKey, ErrorCode, RequestHeader
+
+log = logging.getLogger("kafkalite.broker.cluster")
+
+E = ErrorCode
+Handler = Callable[[RequestHeader, dict[str, Any], str], Awaitable[dict[str, Any] | None]]
+AUTHORIZED_OPS_OMITTED = -2147483648
+WAIT_STEP_S = 0.05
+
+
+class ClusterNode:
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, apis: KafkaApis) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.apis = apis
+        self.node_id = config.node_id
+        self.store = ZkStore(config.get("zookeeper.connect"), config.get("zookeeper.session.timeout.ms"),
+                             config.get("zookeeper.connection.timeout.ms"))
+        adv = config.advertised()[0]
+        self.listener = adv.name
+        self.registration = z.BrokerRegistration(
+            self.node_id, tuple(z.Endpoint(li.name, li.host, li.port) for li in config.advertised()),
+            config.get("broker.rack") or None)
+        self.cache = MetadataCache(self.listener)
+        self.controller = Controller(self.store, self.node_id,
+                                     ControllerSettings(config.get("unclean.leader.election.enable"),
+                                                        self.listener),
+                                     topic_unclean=self._topic_unclean)
+        self.broker_epoch = -1
+        self.leader_epochs: dict[tuple[str, int], int] = {}  # from LeaderAndIsr, per hosted partition
+        self._pid_block: z.ProducerIdBlock | None = None
+        self._next_pid = 0
+        self._pid_lock = asyncio.Lock()
+        self._reregistering: asyncio.Task[None] | None = None
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.store.start()
+        local = self.apis.cluster_id()
+        cluster_id = await self.store.get_or_create_cluster_id(local)
+        if cluster_id != local:
+            await self.store.close()
+            raise KafkaliteError(f"The cluster id {cluster_id} in ZooKeeper ({self.store.connect}/cluster/id) does "
+                                 f"not match the cluster id {local} of this broker's data directories "
+                                 "(meta.properties): this broker belongs to another cluster")
+        self.broker_epoch = await self.store.register_broker(self.registration)
+        log.info("Registered broker %d in ZooKeeper %s with broker epoch %d", self.node_id, self.store.connect,
+                 self.broker_epoch)
+        self.store.on_session_lost = self._session_lost
+        self.store.on_session_restored = self._session_restored
+        self.controller.start()
+        self._install()
+
+    async def stop(self) -> None:
+        await self.controller.stop()
+        await self.store.close()
+
+    def _session_lost(self) -> None:
+        log.warning("Broker %d lost its ZooKeeper session: it re-registers when ZooKeeper is reachable again",
+                    self.node_id)
+
+    def _session_restored(self) -> None:
+        async def again() -> None:
+            try:
+                self.broker_epoch = await self.store.register_broker(self.registration)
+                log.info("Broker %d registered again with broker epoch %d", self.node_id, self.broker_epoch)
+                self.controller.reelect()
+            except KafkaliteError as exc:
+                log.error("Broker %d could not register again: %s", self.node_id, exc)
+        self._reregistering = asyncio.get_running_loop().create_task(again())
+
+    async def _topic_unclean(self, topic: str) -> bool | None:
+        raw = (await self.store.topic_config(topic)).get("unclean.leader.election.enable")
+        return None if raw is None else raw.strip().lower() == "true"
+
+    def _install(self) -> None:
+        h = self.apis._handlers
+        self._produce, self._fetch, self._list_offsets = h[ApiKey.PRODUCE], h[ApiKey.FETCH], h[ApiKey.LIST_OFFSETS]
+        h.update({
+            ApiKey.METADATA: self.metadata, ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
+            ApiKey.CREATE_TOPICS: self.create_topics, ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.create_partitions, ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.PRODUCE: self.produce, ApiKey.FETCH: self.fetch, ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.LEADER_AND_ISR: self.leader_and_isr, ApiKey.STOP_REPLICA: self.stop_replica,
+            ApiKey.UPDATE_METADATA: self.update_metadata,
+        })
+
+    # --- controller requests ----------------------------------------------------------------------
+
+    def _check_epochs(self, body: dict[str, Any]) -> None:
+        """Kafka's isBrokerEpochStale and controller-epoch check (-1 = an old request version without one)."""
+        broker_epoch = body.get("broker_epoch", -1)
+        if broker_epoch != -1 and broker_epoch < self.broker_epoch:
+            raise StaleBrokerEpochError(f"request for broker epoch {broker_epoch}, this broker's is "
+                                        f"{self.broker_epoch}")
+        if body["controller_epoch"] < self.cache.controller_epoch:
+            raise StaleControllerEpochError(f"controller epoch {body['controller_epoch']} is older than "
+                                            f"{self.cache.controller_epoch}")
+
+    async def update_metadata(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        try:
+            self._check_epochs(body)
+        except KafkaliteError as exc:
+            log.warning("Refused UpdateMetadata from controller %d: %s", body["controller_id"], exc)
+            return {"error_code": exc.error_code}
+        self.cache.apply(body)
+        return {"error_code": E.NONE}
+
+    async def leader_and_isr(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        try:
+            self._check_epochs(body)
+        except KafkaliteError as exc:
+            log.warning("Refused LeaderAndIsr from controller %d: %s", body["controller_id"], exc)
+            return {"error_code": exc.error_code, "partition_errors": [], "topics": []}
+        self.cache.controller_epoch = max(self.cache.controller_epoch, body["controller_epoch"])
+        grouped = [(t["topic_name"], t.get("topic_id"), t["partition_states"]) for t in body.get("topic_states", [])]
+        for s in body.get("ungrouped_partition_states", []):
+            grouped.append((s["topic_name"], None, [s]))
+        topics_out = []
+        flat_out = []
+        for name, topic_id, states in grouped:
+            errors = []
+            for s in states:
+                code = await self._become(name, topic_id, s)
+                errors.append({"topic_name": name, "partition_index": s["partition_index"], "error_code": code})
+            flat_out += errors
+            topics_out.append({"topic_id": topic_id or uuid.UUID(int=0), "partition_errors": errors})
+        return {"error_code": E.NONE, "partition_errors": flat_out, "topics": topics_out}
+
+    async def _become(self, topic: str, topic_id: uuid.UUID | None, s: dict[str, Any]) -> int:
+        p = s["partition_index"]
+        if self.node_id not in s["replicas"]:
+            return E.UNKNOWN_TOPIC_OR_PARTITION
+        if s["leader_epoch"] <= self.leader_epochs.get((topic, p), -1):
+            return E.STALE_CONTROLLER_EPOCH
+        info = self.replicas.metadata.get(topic)
+        if info is not None and topic_id is not None and topic_id.int and info.topic_id != topic_id:
+            if not self.leader_epochs.keys() & {(topic, q) for q in range(info.partitions)} and \
+                    not any(lg.topic == topic for lg in self.replicas.logs.all_logs()):
+                self.replicas.metadata.remove(topic)  # a stale registration without logs: a recreated topic
+                info = None
+            else:
+                return E.INCONSISTENT_TOPIC_ID
+        try:
+            configs = await self.store.topic_config(topic)
+            await asyncio.to_thread(self._ensure_local, topic, topic_id, p, configs, s)
+        except (KafkaliteError, OSError) as exc:
+            log.error("Cannot host %s-%d: %s", topic, p, exc)
+            return error_code_of(exc) if isinstance(exc, KafkaliteError) else E.KAFKA_STORAGE_ERROR
+        self.leader_epochs[(topic, p)] = s["leader_epoch"]
+        return E.NONE
+
+    def _ensure_local(self, topic: str, topic_id: uuid.UUID | None, p: int, configs: dict[str, str],
+                      s: dict[str, Any]) -> None:
+        """The local log of a partition this broker replicates; as leader, its leader epoch starts at the
+        log end (Kafka's makeLeader) and, with no followers fetching yet, everything written is committed."""
+        md = self.replicas.metadata
+        info = md.get(topic)
+        if info is None:
+            info = md.add(topic, p + 1, configs, topic_id if topic_id is not None and topic_id.int else None)
+            if configs:
+                self.replicas.logs.update_topic_config(topic, configs)
+        elif info.partitions <= p:
+            md.set_partitions(topic, p + 1)
+        lg = self.replicas.logs.get_log(topic, p) or self.replicas.logs.get_or_create_log(topic, p, configs or None)
+        write_partition_topic_id(lg.dir, info.topic_id)
+        if s["leader"] == self.node_id:
+            if lg.leader_epoch_cache.assign(s["leader_epoch"], lg.log_end_offset):
+                lg.leader_epoch_cache.flush()
+            lg.update_high_watermark(lg.log_end_offset)
+        self.replicas.purgatory.wake((topic, p))
+
+    async def stop_replica(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        try:
+            self._check_epochs(body)
+        except KafkaliteError as exc:
+            log.warning("Refused StopReplica from controller %d: %s", body["controller_id"], exc)
+            return {"error_code": exc.error_code, "partition_errors": []}
+        self.cache.controller_epoch = max(self.cache.controller_epoch, body["controller_epoch"])
+        wanted: list[tuple[str, int, int, bool]] = []
+        for t in body.get("topic_states", []):
+            for s in t["partition_states"]:
+                wanted.append((t["topic_name"], s["partition_index"], s.get("leader_epoch", -1),
+                               s["delete_partition"]))
+        for t in body.get("topics", []):
+            wanted += [(t["name"], p, -1, body.get("delete_partitions", False)) for p in t["partition_indexes"]]
+        for s in body.get("ungrouped_partitions", []):
+            wanted.append((s["topic_name"], s["partition_index"], -1, body.get("delete_partitions", False)))
+        errors = []
+        for topic, p, epoch, delete in wanted:
+            ours = self.leader_epochs.get((topic, p), -1)
+            if epoch >= 0 and epoch <= ours:
+                errors.append({"topic_name": topic, "partition_index": p, "error_code": E.FENCED_LEADER_EPOCH})
+                continue
+            self.leader_epochs.pop((topic, p), None)
+            if delete:
+                await asyncio.to_thread(self._delete_local, topic, p)
+            self.replicas.purgatory.wake((topic, p))
+            errors.append({"topic_name": topic, "partition_index": p, "error_code": E.NONE})
+        return {"error_code": E.NONE, "partition_errors": errors}
+
+    def _delete_local(self, topic: str, p: int) -> None:
+        self.replicas.logs.delete_log(topic, p)
+        if not any(lg.topic == topic for lg in self.replicas.logs.all_logs()):
+            self.replicas.metadata.remove(topic)
+
+    # --- metadata ----------------------------------------------------------------------------------
+
+    async def metadata(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        v = h.api_version
+        requested = body.get("topics")
+        cache = self.cache
+        if requested is None or (v == 0 and not requested):
+            wanted: list[tuple[str | None, Any]] = [(n, None) for n in sorted(cache.topics)]
+        else:
+            wanted = [(t.get("name"), t.get("topic_id")) for t in requested]
+        auto = self.config.get("auto.create.topics.enable") and body.get("allow_auto_topic_creation", True) \
+            and requested is not None
+        topics = []
+        for name, topic_id in wanted:
+            if name is None:
+                name = cache.by_id(topic_id) if topic_id else None
+                if name is None:
+                    topics.append({"error_code": E.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id,
+                                   "partitions": []})
+                    continue
+            topics.append(await self._topic_metadata(name, auto))
+        return {"throttle_time_ms": 0, "cluster_id": self.apis.cluster_id(), "controller_id": cache.controller_id,
+                "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+                            for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)],
+                "topics": topics, "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED, "error_code": E.NONE}
+
+    async def _topic_metadata(self, name: str, auto_create: bool) -> dict[str, Any]:
+        cached = self.cache.topics.get(name)
+        empty = {"name": name, "topic_id": uuid.UUID(int=0), "is_internal": name in INTERNAL_TOPICS, "partitions": []}
+        if cached is None:
+            if not auto_create:
+                return {**empty, "error_code": E.UNKNOWN_TOPIC_OR_PARTITION}
+            try:
+                validate_topic_name(name)
+                await self._create(name, self.config.get("num.partitions"),
+                                   self.config.get("default.replication.factor"), None, {})
+                return {**empty, "error_code": E.LEADER_NOT_AVAILABLE}
+            except TopicAlreadyExistsError:
+                return {**empty, "error_code": E.LEADER_NOT_AVAILABLE}
+            except KafkaliteError as exc:
+                return {**empty, "error_code": error_code_of(exc)}
+        parts = []
+        for p, s in sorted(cached.partitions.items()):
+            leader = self.cache.leader(name, p)
+            parts.append({"error_code": E.NONE if leader >= 0 else E.LEADER_NOT_AVAILABLE, "partition_index": p,
+                          "leader_id": leader, "leader_epoch": s.leader_epoch, "replica_nodes": list(s.replicas),
+                          "isr_nodes": list(s.isr),
+                          "offline_replicas": [b for b in s.replicas if b not in self.cache.brokers]})
+        return {"error_code": E.NONE, "name": name, "topic_id": cached.topic_id, "is_internal": name in INTERNAL_TOPICS,
+                "partitions": parts, "topic_authorized_operations": AUTHORIZED_OPS_OMITTED}
+
+    async def describe_cluster(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        out = {"throttle_time_ms": 0, "error_code": E.NONE, "error_message": None, "endpoint_type": 1,
+               "cluster_id": self.apis.cluster_id(), "controller_id": self.cache.controller_id,
+               "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+                           for b in sorted(self.cache.brokers.values(), key=lambda b: b.broker_id)],
+               "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED}
+        if body.get("endpoint_type", 1) != 1:
+            out.update(error_code=E.UNSUPPORTED_ENDPOINT_TYPE, brokers=[],
+                       error_message="kafkalite has no separate controller endpoints")
+        return out
+
+    # --- topic administration through ZooKeeper -----------------------------------------------------
+
+    async def _live_brokers(self) -> dict[int, str | None]:
+        return {b: r.rack for b, r in (await self.store.brokers()).items()}
+
+    async def _create(self, name: str, partitions: int, rf: int, manual: dict[int, list[int]] | None,
+                      configs: dict[str, str], validate_only: bool = False) -> z.TopicAssignment:
+        if name in self.cache.topics or await self.store.topic_assignment(name) is not None:
+            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+        key = name.replace(".", "_")
+        for other in await self.store.topics():
+            if other != name and other.replace(".", "_") == key:
+                raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {other}")
+        self.replicas.validate_topic_configs(configs)
+        live = await self._live_brokers()
+        if manual is not None:
+            parts = manual
+            sizes = {len(r) for r in parts.values()}
+            if sorted(parts) != list(range(len(parts))):
+                raise InvalidReplicationAssignmentError("Partitions should be a consecutive 0-based integer "
+                                                        "sequence")
+            if len(sizes) != 1:
+                raise InvalidReplicationAssignmentError("All partitions should have the same number of replicas")
+            for p, r in parts.items():
+                if len(set(r)) != len(r):
+                    raise InvalidReplicationAssignmentError(f"Duplicate brokers not allowed in replica assignment "
+                                                            f"{r} of partition {p}")
+                unknown = sorted(set(r) - set(live))
+                if unknown:
+                    raise InvalidReplicationAssignmentError(f"Unknown broker(s) {unknown} in the assignment of "
+                                                            f"partition {p}")
+        else:
+            if partitions <= 0:
+                raise InvalidPartitionsError("Number of partitions must be larger than 0.")
+            parts = assign_replicas(partitions, rf, sorted(live), live)
+        assignment = z.TopicAssignment(name, uuid.uuid4(), parts)
+        if not validate_only:
+            await self.store.create_topic(assignment, configs)
+        return assignment
+
+    async def _wait_for(self, ready: Callable[[], bool], timeout_ms: int) -> bool:
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        while not ready():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(WAIT_STEP_S)
+        return True
+
+    async def create_topics(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        validate_only = body.get("validate_only", False)
+        timeout_ms = body.get("timeout_ms", 60000)
+        requested = body.get("topics", [])
+        names = [t["name"] for t in requested]
+        results = []
+        created: list[z.TopicAssignment] = []
+        for t in requested:
+            name = t["name"]
+            res: dict[str, Any] = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": E.NONE,
+                                   "error_message": None, "num_partitions": -1, "replication_factor": -1,
+                                   "configs": []}
+            try:
+                if names.count(name) > 1:
+                    raise InvalidRequestError(f"Create topics request from client contains a duplicate topic: {name}")
+                validate_topic_name(name)
+                partitions = t.get("num_partitions", -1)
+                rf = t.get("replication_factor", -1)
+                manual = {a["partition_index"]: list(a["broker_ids"]) for a in t.get("assignments") or []} or None
+                if manual is not None and (partitions != -1 or rf != -1):
+                    raise InvalidRequestError("Both numPartitions or replicationFactor and replicasAssignments "
+                                              "were set. Both cannot be used at the same time.")
+                if partitions == -1:
+                    partitions = self.config.get("num.partitions")
+                if rf == -1:
+                    rf = self.config.get("default.replication.factor")
+                configs = {c["name"]: c["value"] for c in t.get("configs", []) if c.get("value") is not None}
+                a = await self._create(name, partitions, rf, manual, configs, validate_only)
+                res.update(topic_id=a.topic_id if not validate_only else uuid.UUID(int=0),
+                           num_partitions=len(a.partitions), replication_factor=len(next(iter(a.partitions.values()))))
+                if not validate_only:
+                    created.append(a)
+            except KafkaliteError as exc:
+                res.update(error_code=error_code_of(exc), error_message=str(exc))
+            results.append(res)
+        if created:
+            # Kafka's handler answers once the metadata shows leaders, or at the request's timeout.
+            def ready() -> bool:
+                return all(a.topic in self.cache.topics and len(self.cache.topics[a.topic].partitions) ==
+                           len(a.partitions) and self.cache.topics[a.topic].topic_id == a.topic_id for a in created)
+            if not await self._wait_for(ready, timeout_ms):
+                for res in results:
+                    if any(a.topic == res["name"] for a in created) and res["name"] not in self.cache.topics:
+                        res.update(error_code=E.REQUEST_TIMED_OUT, error_message="The topic was created in "
+                                   "ZooKeeper but its leaders were not known within timeout_ms")
+        return {"throttle_time_ms": 0, "topics": results}
+
+    async def delete_topics(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        if h.api_version >= 6:
+            wanted = [(t.get("name"), t.get("topic_id")) for t in body.get("topics", [])]
+        else:
+            wanted = [(n, None) for n in body.get("topic_names", [])]
+        results = []
+        deleting = []
+        for name, topic_id in wanted:
+            res: dict[str, Any] = {"name": name, "topic_id": topic_id or uuid.UUID(int=0), "error_code": E.NONE,
+                                   "error_message": None}
+            try:
+                if not self.config.get("delete.topic.enable"):
+                    res.update(error_code=E.TOPIC_DELETION_DISABLED, error_message="Topic deletion is disabled.")
+                    results.append(res)
+                    continue
+                if name is None:
+                    name = self.cache.by_id(topic_id) if topic_id else None
+                    if name is None:
+                        res.update(error_code=E.UNKNOWN_TOPIC_ID,
+                                   error_message="This server does not host this topic ID.")
+                        results.append(res)
+                        continue
+                    res["name"] = name
+                if name in INTERNAL_TOPICS:
+                    raise InvalidTopicError(f"Topic {name} is an internal topic and cannot be deleted")
+                a = await self.store.topic_assignment(name)
+                if a is None:
+                    raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
+                res["topic_id"] = a.topic_id
+                await self.store.request_topic_deletion(name)
+                deleting.append(name)
+            except KafkaliteError as exc:
+                res.update(error_code=error_code_of(exc), error_message=str(exc))
+            results.append(res)
+        if deleting and not await self._wait_for(lambda: not any(n in self.cache.topics for n in deleting),
+                                                 body.get("timeout_ms", 30000)):
+            for res in results:
+                if res["name"] in deleting and res["name"] in self.cache.topics:
+                    res.update(error_code=E.REQUEST_TIMED_OUT, error_message="Deletion was requested but not yet "
+                               "completed within timeout_ms")
+        return {"throttle_time_ms": 0, "responses": results}
+
+    async def create_partitions(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        validate_only = body.get("validate_only", False)
+        results = []
+        waiting: dict[str, int] = {}
+        for t in body.get("topics", []):
+            name, count = t["name"], t["count"]
+            res: dict[str, Any] = {"name": name, "error_code": E.NONE, "error_message": None}
+            try:
+                a = await self.store.topic_assignment(name)
+                if a is None:
+                    raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
+                old = len(a.partitions)
+                if count <= old:
+                    raise InvalidPartitionsError(f"Topic currently has {old} partitions, which is higher than or "
+                                                 f"equal to the requested {count}.")
+                live = await self._live_brokers()
+                if t.get("assignments"):
+                    new = {old + i: list(x["broker_ids"]) for i, x in enumerate(t["assignments"])}
+                    if len(new) != count - old:
+                        raise InvalidReplicationAssignmentError(f"Increasing the number of partitions by "
+                                                                f"{count - old} but {len(new)} assignments provided.")
+                else:
+                    rf = len(a.partitions[0])
+                    new = assign_replicas(count - old, rf, sorted(live), live, start_partition=old)
+                if not validate_only:
+                    await self.store.add_partitions(z.TopicAssignment(name, a.topic_id, {**a.partitions, **new}),
+                                                    old)
+                    waiting[name] = count
+            except KafkaliteError as exc:
+                res.update(error_code=error_code_of(exc), error_message=str(exc))
+            except Exception as exc:  # BadVersion: changed concurrently
+                res.update(error_code=E.INVALID_PARTITIONS, error_message=f"the topic changed meanwhile: {exc}")
+            results.append(res)
+        if waiting:
+            await self._wait_for(lambda: all(n in self.cache.topics and len(self.cache.topics[n].partitions) >= c
+                                             for n, c in waiting.items()), body.get("timeout_ms", 30000))
+        return {"throttle_time_ms": 0, "results": results}
+
+    # --- producer ids --------------------------------------------------------------------------------
+
+    async def init_producer_id(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
+        if body.get("transactional_id") is not None:
+            return await KafkaApis.init_producer_id(self.apis, h, body, host)
+        async with self._pid_lock:
+            if self._pid_block is None or self._next_pid > self._pid_block.end:
+                self._pid_block = await self.store.next_producer_id_block(self.node_id)
+                self._next_pid = self._pid_block.start
+            pid = self._next_pid
+            self._next_pid += 1
+        return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": 0}
+
+    # --- routing: requests for partitions led elsewhere ------------------------------------------------
+
+    def _not_here(self, topic: str, p: int) -> int | None:
+        """None if this broker leads the partition; else the error for it."""
+        if self.cache.partition(topic, p) is None:
+            return E.UNKNOWN_TOPIC_OR_PARTITION
+        return None if self.cache.leader(topic, p) == self.node_id else E.NOT_LEADER_OR_FOLLOWER
+
+    async def produce(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any] | None:
+        refused: dict[str, list[dict[str, Any]]] = {}
+        kept = []
+        for t in body.get("topic_data", []):
+            mine = []
+            for pd in t.get("partition_data", []):
+                code = self._not_here(t["name"], pd["index"])
+                if code is None:
+                    mine.append(pd)
+                else:
+                    refused.setdefault(t["name"], []).append({"index": pd["index"], "error_code": code,
+                                                              "base_offset": -1})
+            if mine:
+                kept.append({**t, "partition_data": mine})
+        if not refused:
+            return await self._produce(h, body, host)
+        if body.get("acks", -1) == 0:
+            raise CloseConnection("an acks=0 produce request was sent to a broker that does not lead its partition")
+        out = await self._produce(h, {**body, "topic_data": kept}, host) if kept else \
+            {"responses": [], "throttle_time_ms": 0}
+        assert out is not None
+        by_name = {r["name"]: r for r in out["responses"]}
+        for name, entries in refused.items():
+            if name in by_name:
+                by_name[name]["partition_responses"] += entries
+            else:
+                out["responses"].append({"name": name, "partition_responses": entries})
+        return out
+
+    async def fetch(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any] | None:
+        if body.get("replica_id", -1) >= 0:
+            return await self._fetch(h, body, host)
+        refused: dict[str, list[dict[str, Any]]] = {}
+        kept = []
+        for t in body.get("topics", []):
+            mine = []
+            for p in t.get("partitions", []):
+                code = self._not_here(t["topic"], p["partition"])
+                if code is None:
+                    mine.append(p)
+                else:
+                    refused.setdefault(t["topic"], []).append({
+                        "partition_index": p["partition"], "error_code": code, "high_watermark": -1,
+                        "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1,
+                        "records": b""})
+            if mine:
+                kept.append({**t, "partitions": mine})
+        if not refused:
+            return await self._fetch(h, body, host)
+        out = await self._fetch(h, {**body, "topics": kept, "max_wait_ms": 0}, host) if kept else \
+            {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": []}
+        assert out is not None
+        by_name = {r["topic"]: r for r in out["responses"]}
+        for name, entries in refused.items():
+            if name in by_name:
+                by_name[name]["partitions"] += entries
+            else:
+                out["responses"].append({"topic": name, "partitions": entries})
+        return out
+
+    async def list_offsets(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any] | None:
+        if body.get("replica_id", -1) >= 0:
+            return await self._list_offsets(h, body, host)
+        refused: dict[str, list[dict[str, Any]]] = {}
+        kept = []
+        for t in body.get("topics", []):
+            mine = []
+            for p in t.get("partitions", []):
+                code = self._not_here(t["name"], p["partition_index"])
+                if code is None:
+                    mine.append(p)
+                else:
+                    refused.setdefault(t["name"], []).append({"partition_index": p["partition_index"],
+                                                              "error_code": code, "timestamp": -1, "offset": -1,
+                                                              "leader_epoch": -1})
+            if mine:
+                kept.append({**t, "partitions": mine})
+        if not refused:
+            return await self._list_offsets(h, body, host)
+        out = await self._list_offsets(h, {**body, "topics": kept}, host) if kept else \
+            {"throttle_time_ms": 0, "topics": []}
+        assert out is not None
+        by_name = {r["name"]: r for r in out["topics"]}
+        for name, entries in refused.items():
+            if name in by_name:
+                by_name[name]["partitions"] += entries
+            else:
+                out["topics"].append({"name": name, "partitions": entries})
+        return out

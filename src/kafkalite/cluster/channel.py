@@ -1,0 +1,148 @@
+"""The controller's connections to the brokers (Kafka's ControllerChannelManager): one sender task and one
+queue per broker, so each broker gets the controller's requests in the order they were made.
+
+A request that cannot be delivered (connection refused or dropped) is retried, with a short backoff, until it
+is answered or the broker leaves the cluster: a broker that is alive in ZooKeeper must eventually hear every
+decision about its partitions. The target's broker epoch is put into each request when it is queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kafkalite.protocol import ApiKey, decode_response, encode_request
+
+log = logging.getLogger("kafkalite.cluster.channel")
+
+CLIENT_ID = "kafkalite-controller"
+RETRY_BACKOFF_S = 0.1
+MAX_BACKOFF_S = 1.0
+REQUEST_TIMEOUT_S = 30.0
+
+ResponseCallback = Callable[[int, dict[str, Any]], None]
+
+
+@dataclass
+class _Pending:
+    api_key: ApiKey
+    version: int
+    body: dict[str, Any]
+    on_response: ResponseCallback | None
+
+
+class BrokerChannel:
+    """The queue and sender task for one broker."""
+
+    def __init__(self, broker_id: int, host: str, port: int) -> None:
+        self.broker_id = broker_id
+        self.host = host
+        self.port = port
+        self.queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self.task = asyncio.create_task(self._run(), name=f"controller-sender-{broker_id}")
+        self._correlation = itertools.count(1)
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def _connect(self) -> None:
+        backoff = RETRY_BACKOFF_S
+        while True:
+            try:
+                self._reader, self._writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port), REQUEST_TIMEOUT_S)
+                return
+            except (OSError, TimeoutError) as exc:
+                log.debug("Controller cannot reach broker %d at %s:%d (%s); retrying", self.broker_id, self.host,
+                          self.port, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def _disconnect(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+    async def _exchange(self, item: _Pending) -> dict[str, Any]:
+        assert self._reader is not None and self._writer is not None
+        cid = next(self._correlation)
+        self._writer.write(encode_request(item.api_key, item.version, cid, CLIENT_ID, item.body))
+        await self._writer.drain()
+        size = int.from_bytes(await self._reader.readexactly(4), "big")
+        frame = await self._reader.readexactly(size)
+        got_cid, body = decode_response(item.api_key, item.version, frame)
+        if got_cid != cid:
+            raise ConnectionError(f"correlation id {got_cid} answered to request {cid}")
+        return body
+
+    async def _run(self) -> None:
+        backoff = RETRY_BACKOFF_S
+        while True:
+            item = await self.queue.get()
+            while True:
+                if self._writer is None:
+                    await self._connect()
+                try:
+                    body = await asyncio.wait_for(self._exchange(item), REQUEST_TIMEOUT_S)
+                    backoff = RETRY_BACKOFF_S
+                    break
+                except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError) as exc:
+                    log.info("Resending %s to broker %d after %s", item.api_key.name, self.broker_id,
+                             type(exc).__name__)
+                    self._disconnect()
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+            if item.on_response is not None:
+                try:
+                    item.on_response(self.broker_id, body)
+                except Exception:
+                    log.exception("Handling the %s response of broker %d failed", item.api_key.name,
+                                  self.broker_id)
+
+    def send(self, api_key: ApiKey, version: int, body: dict[str, Any], on_response: ResponseCallback | None) -> None:
+        self.queue.put_nowait(_Pending(api_key, version, body, on_response))
+
+    def abort(self) -> None:
+        """Stop at once, dropping what is queued (the broker registered a new address)."""
+        self.task.cancel()
+        self._disconnect()
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task
+        self._disconnect()
+
+
+class ControllerChannels:
+    """Senders to every live broker, added and removed as brokers join and leave."""
+
+    def __init__(self) -> None:
+        self.channels: dict[int, BrokerChannel] = {}
+
+    def add(self, broker_id: int, host: str, port: int) -> None:
+        old = self.channels.get(broker_id)
+        if old is not None and (old.host, old.port) == (host, port):
+            return
+        if old is not None:
+            old.abort()
+        self.channels[broker_id] = BrokerChannel(broker_id, host, port)
+
+    async def remove(self, broker_id: int) -> None:
+        ch = self.channels.pop(broker_id, None)
+        if ch is not None:
+            await ch.close()
+
+    def send(self, broker_id: int, api_key: ApiKey, version: int, body: dict[str, Any],
+             on_response: ResponseCallback | None = None) -> None:
+        ch = self.channels.get(broker_id)
+        if ch is not None:
+            ch.send(api_key, version, body, on_response)
+
+    async def close(self) -> None:
+        for bid in list(self.channels):
+            await self.remove(bid)

@@ -1,0 +1,173 @@
+"""Three real brokers and a real ZooKeeper on 127.0.0.1: every broker tells clients the same cluster; the
+controller survives kill -9 and a pause (the zombie is fenced); topics are administered from any broker;
+Kafka clients produce and consume across brokers."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from kafkalite.client import KafkaClient
+from kafkalite.protocol import ApiKey, ErrorCode
+from tests.support.cluster import SESSION_TIMEOUT_MS, Cluster
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def cluster(tmp_path, zk_connect):
+    c = Cluster(tmp_path, zk_connect).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _all_live(view):
+    return len(view[1]) == 3 and view[0] in (1, 2, 3)
+
+
+def test_every_broker_agrees_on_brokers_controller_and_topics(cluster):
+    view = cluster.agreed_view(_all_live)
+    assert [b for b, _ in view[1]] == [1, 2, 3]
+    # a topic with replication factor 3, created through broker 2, is seen alike by all
+    with KafkaClient(cluster.brokers[2].bootstrap) as c:
+        res = c.request(ApiKey.CREATE_TOPICS, {"topics": [{"name": "orders", "num_partitions": 6,
+                                                             "replication_factor": 3}], "timeout_ms": 20000})
+    assert res["topics"][0]["error_code"] == 0, res
+    view = cluster.agreed_view(lambda v: _all_live(v) and v[2] and all(p[1] >= 0 for p in v[2][0][2]))
+    (name, _tid, parts), = view[2]
+    assert name == "orders" and len(parts) == 6
+    leaders = [p[1] for p in parts]
+    assert sorted(set(leaders)) == [1, 2, 3]  # round-robin spreads the leaders
+    for _index, leader, epoch, replicas, isr, offline in parts:
+        assert sorted(replicas) == [1, 2, 3] and leader == replicas[0] and epoch == 0
+        assert sorted(isr) == [1, 2, 3] and offline == ()
+
+
+def test_topic_operations_from_each_broker(cluster):
+    cluster.agreed_view(_all_live)
+    for bid in (1, 2, 3):
+        res = cluster.request(bid, ApiKey.CREATE_TOPICS, {"topics": [{"name": f"t{bid}", "num_partitions": 2,
+                                                                       "replication_factor": 2}],
+                                                          "timeout_ms": 20000})
+        assert res["topics"][0]["error_code"] == 0, res
+    # a second creation of the same name is refused by any broker
+    res = cluster.request(3, ApiKey.CREATE_TOPICS, {"topics": [{"name": "t1", "num_partitions": 1,
+                                                                 "replication_factor": 1}], "timeout_ms": 5000})
+    assert res["topics"][0]["error_code"] == ErrorCode.TOPIC_ALREADY_EXISTS
+    res = cluster.request(1, ApiKey.CREATE_TOPICS, {"topics": [{"name": "big", "num_partitions": 1,
+                                                                 "replication_factor": 4}], "timeout_ms": 5000})
+    assert res["topics"][0]["error_code"] == ErrorCode.INVALID_REPLICATION_FACTOR
+    view = cluster.agreed_view(lambda v: len(v[2]) == 3)
+    assert [t[0] for t in view[2]] == ["t1", "t2", "t3"]
+    res = cluster.request(2, ApiKey.CREATE_PARTITIONS, {"topics": [{"name": "t3", "count": 4, "assignments": None}],
+                                                        "timeout_ms": 20000})
+    assert res["results"][0]["error_code"] == 0, res
+    cluster.agreed_view(lambda v: len(dict((t[0], t[2]) for t in v[2])["t3"]) == 4)
+    res = cluster.request(3, ApiKey.DELETE_TOPICS, {"topic_names": ["t1"], "timeout_ms": 20000}, version=4)
+    assert res["responses"][0]["error_code"] == 0, res
+    view = cluster.agreed_view(lambda v: [t[0] for t in v[2]] == ["t2", "t3"])
+
+
+def _wait_controller(cluster, not_in, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for bid in cluster.running():
+            try:
+                cid = cluster.metadata(bid)["controller_id"]
+            except (OSError, ConnectionError):
+                continue
+            if cid not in not_in and cid in cluster.running():
+                return cid
+        time.sleep(0.05)
+    raise AssertionError(f"no new controller within {timeout_s} s")
+
+
+def test_controller_kill_9_new_controller_within_session_timeout(cluster):
+    view = cluster.agreed_view(_all_live)
+    res = cluster.request(1, ApiKey.CREATE_TOPICS, {"topics": [{"name": "k", "num_partitions": 3,
+                                                                 "replication_factor": 3}], "timeout_ms": 20000})
+    assert res["topics"][0]["error_code"] == 0
+    view = cluster.agreed_view(lambda v: _all_live(v) and v[2] and all(p[1] >= 0 for p in v[2][0][2]))
+    old, old_parts = view[0], view[2][0][2]
+    killed_at = time.monotonic()
+    cluster.brokers[old].kill()
+    new = _wait_controller(cluster, {old, -1}, SESSION_TIMEOUT_MS / 1000 + 5)
+    took = time.monotonic() - killed_at
+    assert took <= SESSION_TIMEOUT_MS / 1000 + 1 + 1.5, took  # + metadata propagation and polling
+    # every surviving broker sees: 2 live brokers, the new controller, leaders moved off the dead broker
+    view = cluster.agreed_view(lambda v: len(v[1]) == 2 and v[0] == new and
+                               all(p[1] not in (old, -1) for p in v[2][0][2]))
+    for (_i, leader, epoch, replicas, isr, offline), before in zip(view[2][0][2], old_parts, strict=True):
+        assert offline == (old,) and leader in replicas
+        if before[1] == old:  # moved: to the first live ISR member in assignment order, with a new epoch
+            assert old not in isr and epoch == before[2] + 1 and leader == next(b for b in replicas if b != old)
+        else:  # untouched, as in Kafka: only its leader would shrink the ISR (replication is the next step)
+            assert leader == before[1] and epoch == before[2]
+    # the dead broker comes back: it is live again, but not in the ISR (no replication yet to catch up)
+    cluster.brokers[old].start()
+    view = cluster.agreed_view(lambda v: len(v[1]) == 3)
+    assert all(p[5] == () for p in view[2][0][2])
+
+
+def test_paused_controller_is_fenced_after_it_wakes(cluster):
+    view = cluster.agreed_view(_all_live)
+    res = cluster.request(2, ApiKey.CREATE_TOPICS, {"topics": [{"name": "z", "num_partitions": 3,
+                                                                 "replication_factor": 3}], "timeout_ms": 20000})
+    assert res["topics"][0]["error_code"] == 0
+    view = cluster.agreed_view(lambda v: _all_live(v) and v[2] and all(p[1] >= 0 for p in v[2][0][2]))
+    old = view[0]
+    proc = cluster.brokers[old].proc
+    proc.send_signal(signal.SIGSTOP)
+    cluster.paused.add(old)
+    try:
+        new = _wait_controller(cluster, {old, -1}, SESSION_TIMEOUT_MS / 1000 + 5)
+        cluster.agreed_view(lambda v: v[0] == new and len(v[1]) == 2, timeout_s=20)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        cluster.paused.discard(old)
+    # the zombie wakes, finds its session gone, re-registers and does not take control back
+    view = cluster.agreed_view(lambda v: len(v[1]) == 3 and v[0] == new, timeout_s=20)
+    epochs = [p[2] for p in view[2][0][2]]
+    time.sleep(1)
+    assert cluster.agreed_view(lambda v: True)[0] == new
+    assert [p[2] for p in cluster.agreed_view()[2][0][2]] == epochs
+    out = cluster.brokers[old].output()
+    assert "resigns as controller" in out or "is no longer the controller" in out, out[-3000:]
+
+
+def test_broker_bounce_gets_a_new_epoch_and_keeps_serving(cluster):
+    cluster.agreed_view(_all_live)
+    res = cluster.request(1, ApiKey.CREATE_TOPICS, {"topics": [{"name": "b", "num_partitions": 3,
+                                                                 "replication_factor": 1}], "timeout_ms": 20000})
+    assert res["topics"][0]["error_code"] == 0
+    before = cluster.agreed_view(lambda v: v[2] and all(p[1] >= 0 for p in v[2][0][2]))
+    controller = before[0]
+    victim = next(b for b in (1, 2, 3) if b != controller)
+    cluster.brokers[victim].stop()
+    cluster.brokers[victim].start()
+    after = cluster.agreed_view(lambda v: len(v[1]) == 3 and all(p[1] >= 0 for p in v[2][0][2]))
+    assert after[0] == controller
+    # RF=1 partitions on the bounced broker are led by it again, with a newer leader epoch
+    for (i, leader, epoch, replicas, _isr, _off), (_i, _l, old_epoch, _r, _s, _o) in zip(after[2][0][2],
+                                                                                       before[2][0][2], strict=True):
+        assert leader == replicas[0], i
+        if leader == victim:
+            assert epoch > old_epoch
+
+
+def test_brokers_refuse_requests_of_an_old_controller_or_registration(cluster):
+    view = cluster.agreed_view(_all_live)
+    body = {"controller_id": view[0], "controller_epoch": 0, "broker_epoch": 1 << 40, "topic_states": [],
+            "live_brokers": []}
+    res = cluster.request(2, ApiKey.UPDATE_METADATA, body, version=7)
+    assert res["error_code"] == ErrorCode.STALE_CONTROLLER_EPOCH
+    res = cluster.request(2, ApiKey.LEADER_AND_ISR, {**body, "live_leaders": []}, version=6)
+    assert res["error_code"] == ErrorCode.STALE_CONTROLLER_EPOCH
+    res = cluster.request(2, ApiKey.STOP_REPLICA, {**body, "controller_epoch": 1 << 20, "broker_epoch": 1},
+                          version=3)
+    assert res["error_code"] == ErrorCode.STALE_BROKER_EPOCH
+    assert cluster.agreed_view() == view  # nothing changed
