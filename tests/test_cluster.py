@@ -171,3 +171,43 @@ def test_brokers_refuse_requests_of_an_old_controller_or_registration(cluster):
                           version=3)
     assert res["error_code"] == ErrorCode.STALE_BROKER_EPOCH
     assert cluster.agreed_view() == view  # nothing changed
+
+
+def test_confluent_kafka_produces_and_consumes_across_brokers(cluster):
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cluster.agreed_view(_all_live)
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[3].bootstrap})
+    admin.create_topics([NewTopic("events", num_partitions=6, replication_factor=1)])["events"].result(30)
+    view = cluster.agreed_view(lambda v: v[2] and all(p[1] >= 0 for t in v[2] for p in t[2]))
+    assert {p[1] for p in dict((t[0], t[2]) for t in view[2])["events"]} == {1, 2, 3}  # leaders everywhere
+    # the producer knows one broker only and finds every partition's leader through Metadata
+    producer = Producer({"bootstrap.servers": cluster.brokers[1].bootstrap, "enable.idempotence": True,
+                         "linger.ms": 5})
+    sent = [f"m{i}".encode() for i in range(600)]
+    failures = []
+    for i, v in enumerate(sent):
+        producer.produce("events", v, key=str(i).encode(),
+                         on_delivery=lambda err, _m: failures.append(err) if err else None)
+    assert producer.flush(30) == 0 and not failures, failures
+    consumer = Consumer({"bootstrap.servers": cluster.brokers[2].bootstrap, "group.id": "g1",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(["events"])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < len(sent) and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    consumer.commit(asynchronous=False)
+    committed = consumer.committed(consumer.assignment(), timeout=10)
+    consumer.close()
+    assert sorted(got) == sorted(sent)
+    assert sum(tp.offset for tp in committed) == len(sent)
+    # a produce request sent straight to a broker that does not lead the partition is refused
+    not_leader = next(p for p in dict((t[0], t[2]) for t in view[2])["events"] if p[1] != 1)
+    with KafkaClient(cluster.brokers[1].bootstrap) as c:
+        res = c.request(ApiKey.LIST_OFFSETS, {"replica_id": -1, "topics": [{"name": "events", "partitions": [
+            {"partition_index": not_leader[0], "timestamp": -1}]}]})
+    assert res["topics"][0]["partitions"][0]["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER

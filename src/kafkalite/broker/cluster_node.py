@@ -20,6 +20,7 @@ Data is not replicated yet: a partition's records are on its leader only (docs/c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -35,6 +36,9 @@ from kafkalite.cluster.assignment import assign_replicas
 from kafkalite.cluster.controller import Controller, ControllerSettings
 from kafkalite.cluster.metadata_cache import MetadataCache
 from kafkalite.cluster.zk_store import ZkStore
+from kafkalite.coordinator.config import coordinator_key_partition
+from kafkalite.coordinator.coordinator import GROUP_API_KEYS, error_response
+from kafkalite.coordinator.errors import Errors
 from kafkalite.errors import (
     InvalidPartitionsError,
     InvalidReplicationAssignmentError,
@@ -53,6 +57,7 @@ log = logging.getLogger("kafkalite.broker.cluster")
 E = ErrorCode
 Handler = Callable[[RequestHeader, dict[str, Any], str], Awaitable[dict[str, Any] | None]]
 AUTHORIZED_OPS_OMITTED = -2147483648
+OFFSETS_TOPIC = "__consumer_offsets"
 WAIT_STEP_S = 0.05
 
 
@@ -133,6 +138,13 @@ class ClusterNode:
             ApiKey.LEADER_AND_ISR: self.leader_and_isr, ApiKey.STOP_REPLICA: self.stop_replica,
             ApiKey.UPDATE_METADATA: self.update_metadata,
         })
+        if self.apis.coordinator is not None:
+            self._group = h[ApiKey.JOIN_GROUP]
+            h[ApiKey.FIND_COORDINATOR] = self.find_coordinator
+            # commits name partitions of the whole cluster, not only those with a log here
+            self.apis.coordinator.partition_exists = lambda t, p: self.cache.partition(t, p) is not None
+            for key in GROUP_API_KEYS:
+                h[key] = self.group_request
 
     # --- controller requests ----------------------------------------------------------------------
 
@@ -489,6 +501,70 @@ class ClusterNode:
             await self._wait_for(lambda: all(n in self.cache.topics and len(self.cache.topics[n].partitions) >= c
                                              for n, c in waiting.items()), body.get("timeout_ms", 30000))
         return {"throttle_time_ms": 0, "results": results}
+
+    # --- consumer groups: the coordinator of a group is the leader of its __consumer_offsets partition ---
+
+    async def _offsets_partitions(self) -> int | None:
+        """The partition count of __consumer_offsets, creating the topic (as Kafka does on the first
+        FindCoordinator) with offsets.topic.replication.factor; None while it has no leaders yet."""
+        cached = self.cache.topics.get(OFFSETS_TOPIC)
+        if cached is None:
+            coord = self.apis.coordinator
+            configs = {k: str(v) for k, v in coord.offsets_topic_configs().items()}
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await self._create(OFFSETS_TOPIC, self.config.get("offsets.topic.num.partitions"),
+                                   self.config.get("offsets.topic.replication.factor"), None, configs)
+            return None
+        n = len(cached.partitions)
+        self.apis.coordinator.topic.num_partitions = n  # the cluster's count decides where each group lives
+        return n
+
+    async def find_coordinator(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
+        if body.get("key_type", 0) != 0:
+            return await KafkaApis.find_coordinator(self.apis, h, body, host)
+        keys = body.get("coordinator_keys", []) if h.api_version >= 4 else [body.get("key", "")]
+        try:
+            n = await self._offsets_partitions()
+            why = None if n is not None else f"{OFFSETS_TOPIC} is being created"
+        except KafkaliteError as exc:
+            n, why = None, f"{OFFSETS_TOPIC} cannot be created: {exc}"
+            log.warning("FindCoordinator: %s", why)
+        out = []
+        for key in keys:
+            leader = self.cache.leader(OFFSETS_TOPIC, coordinator_key_partition(key, n)) if n else -1
+            b = self.cache.brokers.get(leader)
+            if b is None:
+                out.append({"key": key, "error_code": E.COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "",
+                            "port": -1, "error_message": why or "the group's coordinator partition has no leader"})
+            else:
+                out.append({"key": key, "error_code": E.NONE, "node_id": b.broker_id, "host": b.host,
+                            "port": b.port, "error_message": None})
+        if h.api_version >= 4:
+            return {"throttle_time_ms": 0, "coordinators": out}
+        return {"throttle_time_ms": 0, **out[0]}
+
+    def _groups_of(self, api_key: int, body: dict[str, Any]) -> list[str]:
+        if api_key == ApiKey.DESCRIBE_GROUPS:
+            return list(body.get("groups") or [])
+        if api_key == ApiKey.DELETE_GROUPS:
+            return list(body.get("groups_names") or [])
+        if api_key == ApiKey.OFFSET_FETCH and body.get("groups"):
+            return [g["group_id"] for g in body["groups"]]
+        gid = body.get("group_id")
+        return [gid] if gid is not None else []
+
+    async def group_request(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any] | None:
+        """Group requests are served by the leader of the group's __consumer_offsets partition; elsewhere
+        NOT_COORDINATOR sends the client back to FindCoordinator, as Kafka's brokers do."""
+        if h.api_key != ApiKey.LIST_GROUPS:
+            cached = self.cache.topics.get(OFFSETS_TOPIC)
+            n = len(cached.partitions) if cached is not None else 0
+            for gid in self._groups_of(h.api_key, body):
+                if not n or self.cache.leader(OFFSETS_TOPIC, coordinator_key_partition(gid, n)) != self.node_id:
+                    return error_response(h.api_key, h.api_version, body, Errors.NOT_COORDINATOR)
+            if n:
+                self.apis.coordinator.topic.num_partitions = n
+        return await self._group(h, body, host)
 
     # --- producer ids --------------------------------------------------------------------------------
 
