@@ -67,6 +67,25 @@ def test_topic_operations_from_each_broker(cluster):
                                                         "timeout_ms": 20000})
     assert res["results"][0]["error_code"] == 0, res
     cluster.agreed_view(lambda v: len(dict((t[0], t[2]) for t in v[2])["t3"]) == 4)
+    # a config change through broker 1 is stored in ZooKeeper, described alike by every broker, and applied
+    # by the brokers hosting the topic
+    res = cluster.request(1, ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [{
+        "resource_type": 2, "resource_name": "t2", "configs": [
+            {"name": "retention.ms", "config_operation": 0, "value": "3600000"}]}]})
+    assert res["responses"][0]["error_code"] == 0, res
+    for bid in (1, 2, 3):
+        res = cluster.request(bid, ApiKey.DESCRIBE_CONFIGS, {"resources": [{
+            "resource_type": 2, "resource_name": "t2", "configuration_keys": ["retention.ms"]}]})
+        assert [(c["name"], c["value"]) for c in res["results"][0]["configs"]] == [("retention.ms", "3600000")]
+    hosts = {b for p in dict((t[0], t[2]) for t in view[2])["t2"] for b in p[3]}
+    deadline = time.monotonic() + 10
+    while not all("Updated the configs of topic t2" in cluster.brokers[b].output() for b in hosts):
+        assert time.monotonic() < deadline, "the hosting brokers did not apply the change"
+        time.sleep(0.1)
+    res = cluster.request(2, ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [{
+        "resource_type": 2, "resource_name": "t2", "configs": [
+            {"name": "retention.ms", "config_operation": 0, "value": "-5"}]}]})
+    assert res["responses"][0]["error_code"] == ErrorCode.INVALID_CONFIG
     res = cluster.request(3, ApiKey.DELETE_TOPICS, {"topic_names": ["t1"], "timeout_ms": 20000}, version=4)
     assert res["responses"][0]["error_code"] == 0, res
     view = cluster.agreed_view(lambda v: [t[0] for t in v[2]] == ["t2", "t3"])
@@ -137,6 +156,7 @@ def test_paused_controller_is_fenced_after_it_wakes(cluster):
     assert [p[2] for p in cluster.agreed_view()[2][0][2]] == epochs
     out = cluster.brokers[old].output()
     assert "resigns as controller" in out or "is no longer the controller" in out, out[-3000:]
+    assert f"Broker {old} registered again with broker epoch" in out, out[-3000:]  # after its lost session
 
 
 def test_broker_bounce_gets_a_new_epoch_and_keeps_serving(cluster):

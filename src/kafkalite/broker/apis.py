@@ -294,9 +294,12 @@ class KafkaApis:
 
     # --- topics -----------------------------------------------------------------------------------
 
-    def _topic_config_entries(self, name: str) -> list[dict[str, Any]]:
-        info = self.replicas.metadata.get(name)
-        overrides = info.configs if info else {}
+    def _topic_config_entries(self, name: str, overrides: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """DescribeConfigs entries of a topic: its overrides (the local registry's unless given: a cluster
+        broker passes those from ZooKeeper) over the broker's defaults."""
+        if overrides is None:
+            info = self.replicas.metadata.get(name)
+            overrides = info.configs if info else {}
         effective = LogConfig.from_props(overrides, self.replicas.logs.default_config).to_props()
         out = []
         for key, value in effective.items():

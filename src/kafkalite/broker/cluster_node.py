@@ -58,6 +58,8 @@ E = ErrorCode
 Handler = Callable[[RequestHeader, dict[str, Any], str], Awaitable[dict[str, Any] | None]]
 AUTHORIZED_OPS_OMITTED = -2147483648
 OFFSETS_TOPIC = "__consumer_offsets"
+RESOURCE_TOPIC = 2
+OP_SET, OP_DELETE = 0, 1
 WAIT_STEP_S = 0.05
 
 
@@ -85,6 +87,9 @@ class ClusterNode:
         self._next_pid = 0
         self._pid_lock = asyncio.Lock()
         self._reregistering: asyncio.Task[None] | None = None
+        self._seen_changes: set[str] = set()
+        self._changes_primed = False
+        self._config_tasks: set[asyncio.Task[None]] = set()
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -104,6 +109,8 @@ class ClusterNode:
         self.store.on_session_restored = self._session_restored
         self.controller.start()
         self._install()
+        self.store.watch_children(z.CONFIG_CHANGES, self._on_config_changes)
+        await self._sync_local_configs()
 
     async def stop(self) -> None:
         await self.controller.stop()
@@ -138,6 +145,10 @@ class ClusterNode:
             ApiKey.LEADER_AND_ISR: self.leader_and_isr, ApiKey.STOP_REPLICA: self.stop_replica,
             ApiKey.UPDATE_METADATA: self.update_metadata,
         })
+        self._describe_configs, self._alter_configs = h[ApiKey.DESCRIBE_CONFIGS], h[ApiKey.ALTER_CONFIGS]
+        self._incremental_alter_configs = h[ApiKey.INCREMENTAL_ALTER_CONFIGS]
+        h.update({ApiKey.DESCRIBE_CONFIGS: self.describe_configs, ApiKey.ALTER_CONFIGS: self.alter_configs,
+                  ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs})
         if self.apis.coordinator is not None:
             self._group = h[ApiKey.JOIN_GROUP]
             h[ApiKey.FIND_COORDINATOR] = self.find_coordinator
@@ -501,6 +512,110 @@ class ClusterNode:
             await self._wait_for(lambda: all(n in self.cache.topics and len(self.cache.topics[n].partitions) >= c
                                              for n, c in waiting.items()), body.get("timeout_ms", 30000))
         return {"throttle_time_ms": 0, "results": results}
+
+    # --- topic configs: /config/topics/<t>, announced by /config/changes/config_change_<seq> --------------
+
+    async def _sync_local_configs(self) -> None:
+        """Topics this broker hosts take their configs from ZooKeeper (changed while it was down)."""
+        for name, info in list(self.replicas.metadata.topics.items()):
+            if await self.store.topic_assignment(name) is None:
+                continue
+            configs = await self.store.topic_config(name)
+            if configs != info.configs:
+                self._apply_local_config(name, configs)
+
+    def _apply_local_config(self, name: str, configs: dict[str, str]) -> None:
+        try:
+            self.replicas.alter_topic_configs(name, configs)
+        except KafkaliteError as exc:
+            log.error("Cannot apply the configs of topic %s from ZooKeeper %s: %s", name, configs, exc)
+
+    def _on_config_changes(self, children: list[str]) -> None:
+        new = sorted(c for c in children if c not in self._seen_changes)
+        self._seen_changes.update(children)
+        if self._changes_primed and new:
+            self._config_tasks.add(asyncio.get_running_loop().create_task(self._process_changes(new)))
+        self._changes_primed = True  # changes made before start-up were synced by _sync_local_configs
+
+    async def _process_changes(self, names: list[str]) -> None:
+        for child in names:
+            path = f"{z.CONFIG_CHANGES}/{child}"
+            try:
+                data = await self.store.read(path)
+                if data is None:
+                    continue
+                kind, name = z.decode_config_change(path, data)
+                if kind == "topics" and name in self.replicas.metadata.topics:
+                    self._apply_local_config(name, await self.store.topic_config(name))
+            except KafkaliteError as exc:
+                log.error("Cannot process the config change %s: %s", path, exc)
+        self._config_tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+    async def _topic_exists(self, name: str) -> bool:
+        return name in self.cache.topics or await self.store.topic_assignment(name) is not None
+
+    async def describe_configs(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
+        out = await self._describe_configs(h, body, host)
+        assert out is not None
+        for res, r in zip(out["results"], body.get("resources", []), strict=True):
+            if r["resource_type"] != RESOURCE_TOPIC:
+                continue
+            name = r["resource_name"]
+            if await self._topic_exists(name):
+                entries = self.apis._topic_config_entries(name, await self.store.topic_config(name))
+                keys = r.get("configuration_keys")
+                res.update(error_code=E.NONE, error_message=None,
+                           configs=[c for c in entries if keys is None or c["name"] in keys])
+            else:
+                res.update(error_code=E.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"The topic '{name}' does not "
+                           "exist.", configs=[])
+        return out
+
+    async def _alter_topics(self, h: RequestHeader, body: dict[str, Any], host: str, incremental: bool,
+                            original: Handler) -> dict[str, Any]:
+        """Topic resources are changed in ZooKeeper (every broker applies them from the change notification);
+        the others go to the single-broker handler, which refuses dynamic broker configs."""
+        resources = body.get("resources", [])
+        others = [r for r in resources if r["resource_type"] != RESOURCE_TOPIC]
+        answered: dict[tuple[int, str], dict[str, Any]] = {}
+        if others:
+            out = await original(h, {**body, "resources": others}, host)
+            assert out is not None
+            for res in out["responses"]:
+                answered[(res["resource_type"], res["resource_name"])] = res
+        validate_only = body.get("validate_only", False)
+        responses = []
+        for r in resources:
+            rtype, name = r["resource_type"], r["resource_name"]
+            if rtype != RESOURCE_TOPIC:
+                responses.append(answered[(rtype, name)])
+                continue
+            res: dict[str, Any] = {"error_code": E.NONE, "error_message": None, "resource_type": rtype,
+                                   "resource_name": name}
+            try:
+                if not await self._topic_exists(name):
+                    raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
+                names = [c["name"] for c in r.get("configs", [])]
+                if len(set(names)) != len(names):
+                    raise InvalidRequestError(f"Duplicate config keys in the request for {name}: {names}")
+                configs = await self.store.topic_config(name) if incremental else {}
+                for c in r.get("configs", []):
+                    op = c["config_operation"] if incremental else (OP_SET if c.get("value") is not None
+                                                                     else OP_DELETE)
+                    configs = self.apis._apply_config_op(configs, c["name"], op, c.get("value"))
+                self.replicas.validate_topic_configs(configs)
+                if not validate_only:
+                    await self.store.set_topic_config(name, configs)
+            except KafkaliteError as exc:
+                res.update(error_code=error_code_of(exc), error_message=str(exc))
+            responses.append(res)
+        return {"throttle_time_ms": 0, "responses": responses}
+
+    async def alter_configs(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
+        return await self._alter_topics(h, body, host, False, self._alter_configs)
+
+    async def incremental_alter_configs(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
+        return await self._alter_topics(h, body, host, True, self._incremental_alter_configs)
 
     # --- consumer groups: the coordinator of a group is the leader of its __consumer_offsets partition ---
 

@@ -141,4 +141,8 @@ class ClusterStore(ABC):
         """Call `callback(data or None when absent)` on the event loop now and after every change."""
 
     @abstractmethod
+    async def read(self, path: str) -> bytes | None:
+        """A node's data, None if absent (notifications named by a children watch)."""
+
+    @abstractmethod
     async def create_sequential(self, prefix: str, data: bytes) -> str: ...

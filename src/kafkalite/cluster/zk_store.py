@@ -434,5 +434,13 @@ class ZkStore(ClusterStore):
             return True
         self.zk.DataWatch(path, fire)
 
+    async def read(self, path: str) -> bytes | None:
+        def run() -> bytes | None:
+            try:
+                return self.zk.get(path)[0]
+            except NoNodeError:
+                return None
+        return await self._run(run)
+
     async def create_sequential(self, prefix: str, data: bytes) -> str:
         return await self._run(self.zk.create, prefix, data, sequence=True, makepath=True)
