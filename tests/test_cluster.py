@@ -5,6 +5,8 @@ Kafka clients produce and consume across brokers."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -45,6 +47,16 @@ def test_every_broker_agrees_on_brokers_controller_and_topics(cluster):
     for _index, leader, epoch, replicas, isr, offline in parts:
         assert sorted(replicas) == [1, 2, 3] and leader == replicas[0] and epoch == 0
         assert sorted(isr) == [1, 2, 3] and offline == ()
+    # kafkalite topics --describe prints them as kafka-topics.sh does, from any broker
+    r = subprocess.run([sys.executable, "-m", "kafkalite.cli.main", "topics", "--describe", "--topic", "orders",
+                        "--bootstrap-server", cluster.brokers[3].bootstrap], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    for index, leader, _epoch, replicas, isr, _offline in parts:
+        line = (f"\tTopic: orders\tPartition: {index}\tLeader: {leader}\tReplicas: {','.join(map(str, replicas))}"
+                f"\tIsr: {','.join(map(str, isr))}")
+        assert line in r.stdout, r.stdout
+    assert "ReplicationFactor: 3" in r.stdout
 
 
 def test_topic_operations_from_each_broker(cluster):

@@ -6,7 +6,6 @@ not know, as Kafka's do, and a malformed document raises ZnodeFormatError naming
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import uuid
@@ -15,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkalite.errors import KafkaliteError
+from kafkalite.storage.checkpoint import uuid_from_base64, uuid_to_base64
 
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
@@ -93,17 +93,9 @@ def _bad(path: str, exc: BaseException) -> ZnodeFormatError:
     return ZnodeFormatError(f"{path} is malformed: {type(exc).__name__}: {exc}")
 
 
-# --- topic ids: Kafka writes Uuid.toString(), URL-safe base64 without padding -----------------------------
-
-def topic_id_to_str(topic_id: uuid.UUID) -> str:
-    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
-
-
-def topic_id_from_str(text: str) -> uuid.UUID:
-    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    if len(raw) != 16:
-        raise ValueError(f"topic id {text!r} is not 16 bytes")
-    return uuid.UUID(bytes=raw)
+# Topic ids are written as Kafka's Uuid.toString() (storage.checkpoint holds the codec).
+topic_id_to_str = uuid_to_base64
+topic_id_from_str = uuid_from_base64
 
 
 # --- /brokers/ids/<id> (v5) -------------------------------------------------------------------------------
