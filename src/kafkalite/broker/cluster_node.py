@@ -549,7 +549,9 @@ class ClusterNode:
                     self._apply_local_config(name, await self.store.topic_config(name))
             except KafkaliteError as exc:
                 log.error("Cannot process the config change %s: %s", path, exc)
-        self._config_tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+        task = asyncio.current_task()
+        if task is not None:
+            self._config_tasks.discard(task)
 
     async def _topic_exists(self, name: str) -> bool:
         return name in self.cache.topics or await self.store.topic_assignment(name) is not None
@@ -581,8 +583,8 @@ class ClusterNode:
         if others:
             out = await original(h, {**body, "resources": others}, host)
             assert out is not None
-            for res in out["responses"]:
-                answered[(res["resource_type"], res["resource_name"])] = res
+            for done in out["responses"]:
+                answered[(done["resource_type"], done["resource_name"])] = done
         validate_only = body.get("validate_only", False)
         responses = []
         for r in resources:
@@ -625,12 +627,14 @@ class ClusterNode:
         cached = self.cache.topics.get(OFFSETS_TOPIC)
         if cached is None:
             coord = self.apis.coordinator
+            assert coord is not None
             configs = {k: str(v) for k, v in coord.offsets_topic_configs().items()}
             with contextlib.suppress(TopicAlreadyExistsError):
                 await self._create(OFFSETS_TOPIC, self.config.get("offsets.topic.num.partitions"),
                                    self.config.get("offsets.topic.replication.factor"), None, configs)
             return None
         n = len(cached.partitions)
+        assert self.apis.coordinator is not None
         self.apis.coordinator.topic.num_partitions = n  # the cluster's count decides where each group lives
         return n
 
@@ -677,7 +681,7 @@ class ClusterNode:
             for gid in self._groups_of(h.api_key, body):
                 if not n or self.cache.leader(OFFSETS_TOPIC, coordinator_key_partition(gid, n)) != self.node_id:
                     return error_response(h.api_key, h.api_version, body, Errors.NOT_COORDINATOR)
-            if n:
+            if n and self.apis.coordinator is not None:
                 self.apis.coordinator.topic.num_partitions = n
         return await self._group(h, body, host)
 
@@ -720,7 +724,7 @@ class ClusterNode:
             return await self._produce(h, body, host)
         if body.get("acks", -1) == 0:
             raise CloseConnection("an acks=0 produce request was sent to a broker that does not lead its partition")
-        out = await self._produce(h, {**body, "topic_data": kept}, host) if kept else \
+        out: dict[str, Any] | None = await self._produce(h, {**body, "topic_data": kept}, host) if kept else \
             {"responses": [], "throttle_time_ms": 0}
         assert out is not None
         by_name = {r["name"]: r for r in out["responses"]}
@@ -751,8 +755,8 @@ class ClusterNode:
                 kept.append({**t, "partitions": mine})
         if not refused:
             return await self._fetch(h, body, host)
-        out = await self._fetch(h, {**body, "topics": kept, "max_wait_ms": 0}, host) if kept else \
-            {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": []}
+        out: dict[str, Any] | None = await self._fetch(h, {**body, "topics": kept, "max_wait_ms": 0}, host) \
+            if kept else {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": []}
         assert out is not None
         by_name = {r["topic"]: r for r in out["responses"]}
         for name, entries in refused.items():
@@ -781,7 +785,7 @@ class ClusterNode:
                 kept.append({**t, "partitions": mine})
         if not refused:
             return await self._list_offsets(h, body, host)
-        out = await self._list_offsets(h, {**body, "topics": kept}, host) if kept else \
+        out: dict[str, Any] | None = await self._list_offsets(h, {**body, "topics": kept}, host) if kept else \
             {"throttle_time_ms": 0, "topics": []}
         assert out is not None
         by_name = {r["name"]: r for r in out["topics"]}

@@ -188,8 +188,7 @@ class Controller:
         self.assignments[topic] = assignment
         if topic not in self._watched_topics:
             self._watched_topics.add(topic)
-            self.store.watch_data(z.topic_path(topic), lambda _d, t=topic: self.enqueue(
-                lambda: self._on_partition_change(t)))
+            self.store.watch_data(z.topic_path(topic), self._partition_watch(topic))
         new = []
         for p in sorted(assignment.partitions):
             if (topic, p) in self.states:
@@ -200,6 +199,11 @@ class Controller:
             else:
                 self.states[(topic, p)] = state
         return new
+
+    def _partition_watch(self, topic: str) -> Callable[[bytes | None], None]:
+        def changed(_data: bytes | None) -> None:
+            self.enqueue(lambda: self._on_partition_change(topic))
+        return changed
 
     def _all_partitions(self) -> list[TopicPartition]:
         return [(t, p) for t, a in sorted(self.assignments.items()) for p in sorted(a.partitions)]
