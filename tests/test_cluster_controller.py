@@ -1,0 +1,104 @@
+"""The controller's election rules (reference §2.3) against a real ZooKeeper: brokers are ZooKeeper sessions
+holding a registration (their requests go nowhere: nothing here needs them), the controller a real
+Controller, and every outcome is read back from the partition states it wrote."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from kafkalite.cluster import znodes as z
+from kafkalite.cluster.controller import Controller, ControllerSettings
+from kafkalite.cluster.zk_store import ZkStore
+from tests.support.brokers import free_port
+
+pytestmark = pytest.mark.cluster
+
+
+async def _broker(connect: str, bid: int) -> ZkStore:
+    s = ZkStore(connect, 2000)
+    await s.start()
+    await s.register_broker(z.BrokerRegistration(bid, (z.Endpoint("PLAINTEXT", "127.0.0.1", free_port()),)))
+    return s
+
+
+async def _state_becomes(store: ZkStore, topic: str, partition: int, expected: tuple, timeout_s: float = 10):
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    state = None
+    while asyncio.get_running_loop().time() < deadline:
+        state = await store.partition_state(topic, partition)
+        if state is not None and (state.leader, state.isr, state.leader_epoch) == expected:
+            return state
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{topic}-{partition}: {state} never became (leader, isr, epoch) {expected}")
+
+
+def test_offline_election_keep_last_isr_member_and_unclean_election(zk_connect):
+    async def main():
+        brokers = {bid: await _broker(zk_connect, bid) for bid in (1, 2, 3, 4)}
+        store = brokers[1]
+
+        async def unclean(topic):
+            raw = (await store.topic_config(topic)).get("unclean.leader.election.enable")
+            return None if raw is None else raw == "true"
+        controller = Controller(store, 1, ControllerSettings(unclean_leader_election=False), unclean)
+        controller.start()
+        try:
+            for name, cfg in (("clean", {}), ("unclean", {"unclean.leader.election.enable": "true"})):
+                await store.create_topic(z.TopicAssignment(name, uuid.uuid4(), {0: [2, 3, 4], 1: [4, 2, 3]}), cfg)
+            for name in ("clean", "unclean"):
+                # new partitions: leader = first live replica in assignment order, ISR = live replicas, epoch 0
+                await _state_becomes(store, name, 0, (2, (2, 3, 4), 0))
+                await _state_becomes(store, name, 1, (4, (4, 2, 3), 0))
+            assert controller.active and controller.lease.epoch == 1
+            await brokers.pop(2).close()  # its leaders move to the next live ISR member in assignment order
+            for name in ("clean", "unclean"):
+                await _state_becomes(store, name, 0, (3, (3, 4), 1))
+                await _state_becomes(store, name, 1, (4, (4, 3), 1))  # ISR shrink of a follower: epoch + 1
+            await brokers.pop(3).close()
+            for name in ("clean", "unclean"):
+                await _state_becomes(store, name, 0, (4, (4,), 2))
+                await _state_becomes(store, name, 1, (4, (4,), 2))
+            brokers[2] = await _broker(zk_connect, 2)  # back, but not in sync: no leadership for it
+            await asyncio.sleep(1)
+            assert (await store.partition_state("clean", 0)).leader == 4
+            await brokers.pop(4).close()
+            # the last ISR member is kept; without unclean election the partition goes offline ...
+            await _state_becomes(store, "clean", 0, (-1, (4,), 3))
+            await _state_becomes(store, "clean", 1, (-1, (4,), 3))
+            # ... with it (a topic override), the live out-of-sync replica leads, alone in the ISR
+            await _state_becomes(store, "unclean", 0, (2, (2,), 3))
+            await _state_becomes(store, "unclean", 1, (2, (2,), 3))
+            # every state carries the epoch of the controller that wrote it
+            assert (await store.partition_state("clean", 0)).controller_epoch == 1
+        finally:
+            await controller.stop()
+            for s in brokers.values():
+                await s.close()
+    asyncio.run(asyncio.wait_for(main(), 90))
+
+
+def test_a_second_controller_takes_over_and_the_first_resigns(zk_connect):
+    async def main():
+        a, b = await _broker(zk_connect, 1), await _broker(zk_connect, 2)
+        ca, cb = Controller(a, 1), Controller(b, 2)
+        ca.start()
+        await asyncio.sleep(0.5)
+        cb.start()
+        try:
+            await asyncio.sleep(0.5)
+            assert ca.active and not cb.active and cb.controller_id == 1
+            # broker 1's session ends: 2 is elected with a higher epoch
+            await ca.stop()
+            await a.close()
+            for _ in range(100):
+                if cb.active:
+                    break
+                await asyncio.sleep(0.05)
+            assert cb.active and cb.lease.epoch == 2 and await b.controller_id() == 2
+        finally:
+            await cb.stop()
+            await b.close()
+    asyncio.run(asyncio.wait_for(main(), 60))
