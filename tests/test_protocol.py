@@ -339,3 +339,17 @@ def test_decode_error_carries_header() -> None:
     with pytest.raises(ProtocolDecodeError) as e:
         decode_request(frame[:-3])
     assert e.value.header == RequestHeader(12, 0, 9, "c")
+
+
+def test_pre_encoded_body_frames_like_the_dict() -> None:
+    from kafkalite.protocol import encode_response_body
+
+    body = {"throttle_time_ms": 0, "brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": None}],
+            "cluster_id": "c", "controller_id": 1, "topics": [{"error_code": 0, "name": "t", "topic_id": uuid.uuid4(),
+                                                                 "is_internal": False, "partitions": []}]}
+    for version in (1, 9, 12):
+        header = RequestHeader(ApiKey.METADATA, version, 77, "c")
+        pre = encode_response_body(ApiKey.METADATA, version, body)
+        assert b"".join(encode_response(header, pre)) == b"".join(encode_response(header, body))
+    with pytest.raises(ValueError, match="cannot answer"):
+        encode_response(RequestHeader(ApiKey.METADATA, 11, 1, None), pre)

@@ -50,7 +50,7 @@ from kafkalite.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from kafkalite.protocol import ApiKey, ErrorCode, RequestHeader
+from kafkalite.protocol import ApiKey, ErrorCode, PreEncoded, RequestHeader, encode_response_body
 
 log = logging.getLogger("kafkalite.broker.cluster")
 
@@ -61,6 +61,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 RESOURCE_TOPIC = 2
 OP_SET, OP_DELETE = 0, 1
 WAIT_STEP_S = 0.05
+METADATA_ANSWERS_KEPT = 256  # distinct Metadata questions whose encoded answers are kept
 
 
 class ClusterNode:
@@ -87,6 +88,9 @@ class ClusterNode:
         self._next_pid = 0
         self._pid_lock = asyncio.Lock()
         self._reregistering: asyncio.Task[None] | None = None
+        self._metadata_answers: dict[Any, PreEncoded] = {}
+        self._metadata_seen = -1
+        self._auto_created = False
         self._seen_changes: set[str] = set()
         self._changes_primed = False
         self._config_tasks: set[asyncio.Task[None]] = set()
@@ -278,9 +282,30 @@ class ClusterNode:
 
     # --- metadata ----------------------------------------------------------------------------------
 
-    async def metadata(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def metadata(self, h: RequestHeader, body: dict[str, Any], host: str) -> Any:
+        """Answered from the cache; the encoded answer is kept until the next UpdateMetadata, since the same
+        questions come again and again (every client refreshes its metadata periodically)."""
+        requested = body.get("topics")
+        names = None if requested is None else tuple((t.get("name"), t.get("topic_id")) for t in requested)
+        key = (h.api_version, names, bool(body.get("allow_auto_topic_creation", True)))
+        if self._metadata_seen != self.cache.updates:
+            self._metadata_answers.clear()
+            self._metadata_seen = self.cache.updates
+        hit = self._metadata_answers.get(key)
+        if hit is not None:
+            return hit
+        out = await self._metadata(h, body)
+        if self._metadata_seen == self.cache.updates and not self._auto_created and \
+                all(t["error_code"] == E.NONE for t in out["topics"]):
+            if len(self._metadata_answers) >= METADATA_ANSWERS_KEPT:
+                self._metadata_answers.clear()
+            self._metadata_answers[key] = encode_response_body(ApiKey.METADATA, h.api_version, out)
+        return out
+
+    async def _metadata(self, h: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
         v = h.api_version
         requested = body.get("topics")
+        self._auto_created = False
         cache = self.cache
         if requested is None or (v == 0 and not requested):
             wanted: list[tuple[str | None, Any]] = [(n, None) for n in sorted(cache.topics)]
@@ -308,6 +333,7 @@ class ClusterNode:
         if cached is None:
             if not auto_create:
                 return {**empty, "error_code": E.UNKNOWN_TOPIC_OR_PARTITION}
+            self._auto_created = True
             try:
                 validate_topic_name(name)
                 await self._create(name, self.config.get("num.partitions"),

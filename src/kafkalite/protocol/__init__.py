@@ -9,11 +9,13 @@ declared once (`messages/`, in the DSL of `schema`) and compiled per version (`c
 from kafkalite.protocol.api_keys import ApiKey
 from kafkalite.protocol.codec import (
     SUPPORTED_VERSIONS,
+    PreEncoded,
     RequestHeader,
     decode_request,
     decode_response,
     encode_request,
     encode_response,
+    encode_response_body,
     read_request_header,
     warm_up,
 )
@@ -26,6 +28,7 @@ __all__ = [
     "ApiKey",
     "ErrorCode",
     "FileRegion",
+    "PreEncoded",
     "ProtocolDecodeError",
     "ProtocolError",
     "RequestHeader",
@@ -34,6 +37,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "encode_response_body",
     "read_request_header",
     "warm_up",
 ]

@@ -172,17 +172,47 @@ def _response_header_is_flexible(api_key: int, version: int) -> bool:
     return api_key != ApiKey.API_VERSIONS and _is_flexible(api_key, version)
 
 
-def encode_response(header: RequestHeader, body: dict[str, Any]) -> list[bytes | memoryview | FileRegion]:
+class PreEncoded(NamedTuple):
+    """A response body encoded once for its API and version (`encode_response_body`) and sent to many
+    requests: a broker's Metadata answer changes only when its metadata does, not per request."""
+
+    api_key: int
+    api_version: int
+    data: bytes
+
+
+def encode_response_body(api_key: int, api_version: int, body: dict[str, Any]) -> PreEncoded:
+    """`body` encoded without a header, for encode_response to frame; bodies without records only."""
+    encode = _codec(_response_encoders, api_key, api_version, True, True)
+    out = bytearray()
+    parts: list = []
+    encode(body, out, parts)
+    if parts:
+        raise ValueError("a body with record buffers or file regions cannot be pre-encoded")
+    return PreEncoded(api_key, api_version, bytes(out))
+
+
+def encode_response(header: RequestHeader, body: dict[str, Any] | PreEncoded
+                    ) -> list[bytes | memoryview | FileRegion]:
     """The response to `header`'s request, size prefix included, as parts to send in order.
 
     Adjacent small parts are joined into one bytes object; FileRegions and record buffers of
     32 KiB or more are their own items (sendfile / sendmsg without a copy).
     """
-    encode = _codec(_response_encoders, header.api_key, header.api_version, True, True, header)
     out = bytearray(4)
     out += _I32.pack(header.correlation_id)
     if _response_header_is_flexible(header.api_key, header.api_version):
         out += b"\x00"
+    if body.__class__ is PreEncoded:
+        assert isinstance(body, PreEncoded)
+        if (body.api_key, body.api_version) != (header.api_key, header.api_version):
+            raise ValueError(f"a body encoded for API {body.api_key} v{body.api_version} cannot answer "
+                             f"API {header.api_key} v{header.api_version}")
+        out += body.data
+        struct.pack_into(">i", out, 0, len(out) - 4)
+        return [bytes(out)]
+    assert isinstance(body, dict)
+    encode = _codec(_response_encoders, header.api_key, header.api_version, True, True, header)
     parts: list = []
     encode(body, out, parts)
     if not parts:
