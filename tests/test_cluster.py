@@ -243,3 +243,79 @@ def test_confluent_kafka_produces_and_consumes_across_brokers(cluster):
         res = c.request(ApiKey.LIST_OFFSETS, {"replica_id": -1, "topics": [{"name": "events", "partitions": [
             {"partition_index": not_leader[0], "timestamp": -1}]}]})
     assert res["topics"][0]["partitions"][0]["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_kafka_python_across_brokers(cluster):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    cluster.agreed_view(_all_live)
+    res = cluster.request(2, ApiKey.CREATE_TOPICS, {"topics": [{"name": "kp", "num_partitions": 3,
+                                                                 "replication_factor": 2}], "timeout_ms": 20000})
+    assert res["topics"][0]["error_code"] == 0
+    cluster.agreed_view(lambda v: v[2] and all(p[1] >= 0 for p in v[2][0][2]))
+    producer = KafkaProducer(bootstrap_servers=cluster.brokers[3].bootstrap, acks=1)
+    for i in range(90):
+        producer.send("kp", f"v{i}".encode(), partition=i % 3)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=cluster.brokers[1].bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=10000)
+    consumer.assign([TopicPartition("kp", p) for p in range(3)])
+    got = sorted(m.value for _, m in zip(range(90), consumer, strict=False))
+    consumer.close()
+    assert got == sorted(f"v{i}".encode() for i in range(90))
+
+
+def test_group_survives_the_death_of_its_coordinator(cluster):
+    """The group's coordinator is the leader of its __consumer_offsets partition; when that broker dies the
+    partition gets a new leader and the consumer finds its new coordinator and goes on consuming."""
+    from confluent_kafka import Consumer, Producer
+
+    from kafkalite.coordinator.config import coordinator_key_partition
+
+    cluster.agreed_view(_all_live)
+    with KafkaClient(cluster.brokers[1].bootstrap) as c:
+        for _ in range(100):  # the first FindCoordinator creates __consumer_offsets
+            found = c.request(ApiKey.FIND_COORDINATOR, {"key": "grp", "key_type": 0}, version=3)
+            if found["error_code"] == 0:
+                break
+            time.sleep(0.1)
+    coordinator = found["node_id"]
+    view = cluster.agreed_view(lambda v: any(t[0] == "__consumer_offsets" for t in v[2]))
+    offsets = dict((t[0], t[2]) for t in view[2])["__consumer_offsets"]
+    assert len(offsets) == 50 and all(len(p[3]) == 3 for p in offsets)  # offsets.topic.replication.factor
+    assert offsets[coordinator_key_partition("grp", 50)][1] == coordinator
+    others = [b for b in (1, 2, 3) if b != coordinator]
+    # the data partitions live on the two other brokers only, so no record is lost with the coordinator
+    res = cluster.request(others[0], ApiKey.CREATE_TOPICS, {"topics": [{"name": "work", "assignments": [
+        {"partition_index": 0, "broker_ids": [others[0]]}, {"partition_index": 1, "broker_ids": [others[1]]}],
+        "num_partitions": -1, "replication_factor": -1}], "timeout_ms": 20000})
+    assert res["topics"][0]["error_code"] == 0, res
+    cluster.agreed_view(lambda v: any(t[0] == "work" and all(p[1] >= 0 for p in t[2]) for t in v[2]))
+    bootstrap = ",".join(cluster.brokers[b].bootstrap for b in others)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "grp", "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    consumer.subscribe(["work"])
+
+    def produce_and_read(values: list[bytes], timeout_s: float) -> set[bytes]:
+        for i, v in enumerate(values):
+            producer.produce("work", v, partition=i % 2)
+        assert producer.flush(20) == 0
+        got: set[bytes] = set()
+        deadline = time.monotonic() + timeout_s
+        while not set(values) <= got and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and m.error() is None:
+                got.add(m.value())
+        return got
+
+    first = [f"a{i}".encode() for i in range(20)]
+    assert set(first) <= produce_and_read(first, 30)
+    cluster.brokers[coordinator].kill()
+    second = [f"b{i}".encode() for i in range(20)]
+    assert set(second) <= produce_and_read(second, 45)
+    consumer.close()
+    view = cluster.agreed_view(lambda v: len(v[1]) == 2)
+    offsets = dict((t[0], t[2]) for t in view[2])["__consumer_offsets"]
+    assert offsets[coordinator_key_partition("grp", 50)][1] in others
