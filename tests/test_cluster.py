@@ -5,6 +5,7 @@ Kafka clients produce and consume across brokers."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -319,3 +320,50 @@ def test_group_survives_the_death_of_its_coordinator(cluster):
     view = cluster.agreed_view(lambda v: len(v[1]) == 2)
     offsets = dict((t[0], t[2]) for t in view[2])["__consumer_offsets"]
     assert offsets[coordinator_key_partition("grp", 50)][1] in others
+
+
+def test_kafkalite_cluster_command_starts_and_stops_everything(tmp_path, zookeeper_server):
+    import random
+
+    def free(p: int) -> bool:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+                return True
+            except OSError:
+                return False
+
+    # consecutive ports below the ephemeral range, where outgoing connections can't take them meanwhile
+    port = next(p for p in iter(lambda: random.randrange(20000, 30000), None) if free(p) and free(p + 1))
+    zk_port = next(p for p in iter(lambda: random.randrange(20000, 30000), None) if p not in (port, port + 1)
+                   and free(p))
+    proc = subprocess.Popen([sys.executable, "-m", "kafkalite.cli.main", "cluster", "--brokers", "2", "--dir",
+                             str(tmp_path / "c"), "--port", str(port), "--zookeeper-port", str(zk_port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+            if line.startswith("bootstrap.servers="):
+                break
+        assert lines[-1].strip() == f"bootstrap.servers=127.0.0.1:{port},127.0.0.1:{port + 1}", lines
+        deadline = time.monotonic() + 20
+        while True:
+            with KafkaClient(f"127.0.0.1:{port + 1}") as c:
+                md = c.metadata()
+            if len(md["brokers"]) == 2 and md["controller_id"] in (1, 2):
+                break
+            assert time.monotonic() < deadline, md
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for p in (port, port + 1, zk_port):
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", p), timeout=0.5).close()

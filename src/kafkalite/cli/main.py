@@ -7,7 +7,19 @@ import logging
 import sys
 
 from kafkalite import __version__
-from kafkalite.cli import configs, console, delete_records, demo, dump_log, get_offsets, groups, log_dirs, serve, topics
+from kafkalite.cli import (
+    cluster,
+    configs,
+    console,
+    delete_records,
+    demo,
+    dump_log,
+    get_offsets,
+    groups,
+    log_dirs,
+    serve,
+    topics,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="-v logs what happens, -vv debug details")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve.add_parser(sub)
+    cluster.add_parser(sub)
     topics.add_parser(sub)
     groups.add_parser(sub)
     console.add_parsers(sub)

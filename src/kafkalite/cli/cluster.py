@@ -1,0 +1,132 @@
+"""`kafkalite cluster`: a local ZooKeeper and N brokers in one command, for development (not a Kafka tool).
+
+Each broker is a `kafkalite serve` process with its own id, port and data directory under --dir, all sharing
+one ZooKeeper chroot; their output goes to --dir/broker-<id>.log. Ctrl-C (or SIGTERM) stops the brokers
+cleanly, then ZooKeeper. A broker that exits by itself stops the others, and the command fails naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kafkalite.cluster.zookeeper_server import DEBIAN_JAR, ZooKeeperServer
+from kafkalite.errors import KafkaliteError
+
+EPILOG = """\
+examples:
+  kafkalite cluster --brokers 3
+      ZooKeeper on 127.0.0.1:2181, brokers 1-3 on 127.0.0.1:9092-9094, data in ./kafkalite-cluster
+  kafkalite cluster --brokers 3 --port 19092 --zookeeper-port 12181 --dir /tmp/kl --override num.partitions=6
+
+ZooKeeper comes from Debian's `zookeeper` package (apt-get install zookeeper); --zookeeper-jar names another.
+Data is not replicated between brokers yet: see docs/cluster.md.
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("cluster", help="run a local ZooKeeper and N brokers for development",
+                       description="Start ZooKeeper and N kafkalite brokers on 127.0.0.1 and run them until "
+                                   "Ctrl-C.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
+    p.add_argument("--dir", default="kafkalite-cluster", help="data directory of ZooKeeper and every broker")
+    p.add_argument("--port", type=int, default=9092, help="first broker's port; broker i listens on port+i-1")
+    p.add_argument("--zookeeper-port", type=int, default=2181)
+    p.add_argument("--zookeeper-jar", default=str(DEBIAN_JAR), help=f"ZooKeeper's jar (default {DEBIAN_JAR})")
+    p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
+                   help="a broker setting for every broker (repeatable)")
+    p.set_defaults(func=run)
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+class _Stop(Exception):
+    pass
+
+
+def run(args: Any) -> int:
+    if args.brokers < 1:
+        print("Error: --brokers must be at least 1")
+        return 2
+    root = Path(args.dir).resolve()
+    busy = [p for p in range(args.port, args.port + args.brokers) if _listening(p)]
+    if busy:
+        print(f"Error: port(s) {busy} are in use (--port {args.port} gives brokers ports {args.port}.."
+              f"{args.port + args.brokers - 1})")
+        return 1
+    zk = ZooKeeperServer(root / "zookeeper", args.zookeeper_port, jar=Path(args.zookeeper_jar))
+
+    def stop(_sig: int, _frame: Any) -> None:
+        raise _Stop
+    signal.signal(signal.SIGTERM, stop)
+    procs: dict[int, subprocess.Popen] = {}
+    try:
+        try:
+            zk.start()
+        except KafkaliteError as exc:
+            print(f"Error: {exc}")
+            return 1
+        connect = f"{zk.address}/kafkalite"
+        for i in range(1, args.brokers + 1):
+            cmd = [sys.executable, "-m", "kafkalite.cli.main", "serve",
+                   "--override", f"broker.id={i}", "--override", f"zookeeper.connect={connect}",
+                   "--override", f"listeners=PLAINTEXT://127.0.0.1:{args.port + i - 1}",
+                   "--override", f"log.dirs={root / f'broker-{i}'}"]
+            for o in args.override:
+                cmd += ["--override", o]
+            with open(root / f"broker-{i}.log", "ab") as log:
+                procs[i] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + 60
+        pending = set(procs)
+        while pending:
+            for i in list(pending):
+                if procs[i].poll() is not None:
+                    print(f"Error: broker {i} exited with {procs[i].returncode}; see {root / f'broker-{i}.log'}")
+                    return 1
+                if _listening(args.port + i - 1):
+                    pending.discard(i)
+            if time.monotonic() > deadline:
+                print(f"Error: brokers {sorted(pending)} did not start within 60 s; see their logs in {root}")
+                return 1
+            time.sleep(0.1)
+        print(f"ZooKeeper   {zk.address} (zookeeper.connect={connect})")
+        for i in procs:
+            print(f"broker {i:<4} 127.0.0.1:{args.port + i - 1}  (log {root / f'broker-{i}.log'})")
+        print("bootstrap.servers=" + ",".join(f"127.0.0.1:{args.port + i - 1}" for i in procs), flush=True)
+        print("Ctrl-C stops them all.", flush=True)
+        while True:
+            for i, p in procs.items():
+                if p.poll() is not None:
+                    print(f"Error: broker {i} exited with {p.returncode}; see {root / f'broker-{i}.log'}")
+                    return 1
+            time.sleep(0.5)
+    except (KeyboardInterrupt, _Stop):
+        print("Stopping the brokers and ZooKeeper ...", flush=True)
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for i, p in procs.items():
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                print(f"broker {i} did not stop within 30 s; killed")
+                p.kill()
+                p.wait()
+        zk.stop()
