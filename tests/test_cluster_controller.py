@@ -1,6 +1,7 @@
-"""The controller's election rules (reference §2.3) against a real ZooKeeper: brokers are ZooKeeper sessions
-holding a registration (their requests go nowhere: nothing here needs them), the controller a real
-Controller, and every outcome is read back from the partition states it wrote."""
+"""The controller's election rules (reference §2.3) over both stores (a real ZooKeeper, and the local store of
+single-broker mode): brokers are store sessions holding a registration (their requests go nowhere: nothing
+here needs them), the controller a real Controller, and every outcome is read back from the partition
+states it wrote."""
 
 from __future__ import annotations
 
@@ -11,14 +12,20 @@ import pytest
 
 from kafkalite.cluster import znodes as z
 from kafkalite.cluster.controller import Controller, ControllerSettings
+from kafkalite.cluster.local_store import LocalStore
 from kafkalite.cluster.zk_store import ZkStore
 from tests.support.brokers import free_port
 
 pytestmark = pytest.mark.cluster
 
 
-async def _broker(connect: str, bid: int) -> ZkStore:
-    s = ZkStore(connect, 2000)
+@pytest.fixture(params=["zookeeper", "local"])
+def connect(request, tmp_path):
+    return request.getfixturevalue("zk_connect") if request.param == "zookeeper" else tmp_path
+
+
+async def _broker(connect, bid: int) -> ZkStore:
+    s = ZkStore(connect, 2000) if isinstance(connect, str) else LocalStore(connect, 1)
     await s.start()
     await s.register_broker(z.BrokerRegistration(bid, (z.Endpoint("PLAINTEXT", "127.0.0.1", free_port()),)))
     return s
@@ -35,9 +42,9 @@ async def _state_becomes(store: ZkStore, topic: str, partition: int, expected: t
     raise AssertionError(f"{topic}-{partition}: {state} never became (leader, isr, epoch) {expected}")
 
 
-def test_offline_election_keep_last_isr_member_and_unclean_election(zk_connect):
+def test_offline_election_keep_last_isr_member_and_unclean_election(connect):
     async def main():
-        brokers = {bid: await _broker(zk_connect, bid) for bid in (1, 2, 3, 4)}
+        brokers = {bid: await _broker(connect, bid) for bid in (1, 2, 3, 4)}
         store = brokers[1]
 
         async def unclean(topic):
@@ -61,7 +68,7 @@ def test_offline_election_keep_last_isr_member_and_unclean_election(zk_connect):
             for name in ("clean", "unclean"):
                 await _state_becomes(store, name, 0, (4, (4,), 2))
                 await _state_becomes(store, name, 1, (4, (4,), 2))
-            brokers[2] = await _broker(zk_connect, 2)  # back, but not in sync: no leadership for it
+            brokers[2] = await _broker(connect, 2)  # back, but not in sync: no leadership for it
             await asyncio.sleep(1)
             assert (await store.partition_state("clean", 0)).leader == 4
             await brokers.pop(4).close()
@@ -80,9 +87,9 @@ def test_offline_election_keep_last_isr_member_and_unclean_election(zk_connect):
     asyncio.run(asyncio.wait_for(main(), 90))
 
 
-def test_a_second_controller_takes_over_and_the_first_resigns(zk_connect):
+def test_a_second_controller_takes_over_and_the_first_resigns(connect):
     async def main():
-        a, b = await _broker(zk_connect, 1), await _broker(zk_connect, 2)
+        a, b = await _broker(connect, 1), await _broker(connect, 2)
         ca, cb = Controller(a, 1), Controller(b, 2)
         ca.start()
         await asyncio.sleep(0.5)

@@ -1,4 +1,6 @@
-"""The ZooKeeper backend against a real ZooKeeper: epochs, elections and fencing, conditional writes, watches."""
+"""Both cluster stores, the ZooKeeper backend against a real ZooKeeper and the local (single-broker, file-backed)
+one: epochs, elections and fencing, conditional writes, producer-id blocks, watches. Same tests, same
+outcomes: the controller's code cannot tell them apart."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import uuid
 import pytest
 
 from kafkalite.cluster import znodes as z
+from kafkalite.cluster.local_store import LocalStore
 from kafkalite.cluster.zk_store import ZkStore, split_connect
 from kafkalite.errors import KafkaliteError, NotControllerError, TopicAlreadyExistsError
 
@@ -23,14 +26,23 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 60))
 
 
+@pytest.fixture(params=["zookeeper", "local"])
+def new_store(request, tmp_path):
+    """A factory of unstarted stores sharing one cluster (each store is one session)."""
+    if request.param == "zookeeper":
+        connect = request.getfixturevalue("zk_connect")
+        return lambda: ZkStore(connect, 3000)
+    return lambda: LocalStore(tmp_path, 1)
+
+
 def test_split_connect():
     assert split_connect("a:1,b:2/kl/x") == ("a:1,b:2", "/kl/x")
     assert split_connect("a:1") == ("a:1", "")
 
 
-def test_broker_epochs_grow_and_ids_are_unique(zk_connect):
+def test_broker_epochs_grow_and_ids_are_unique(new_store):
     async def main():
-        a, b = ZkStore(zk_connect, 3000), ZkStore(zk_connect, 3000)
+        a, b = new_store(), new_store()
         await a.start()
         await b.start()
         try:
@@ -43,7 +55,7 @@ def test_broker_epochs_grow_and_ids_are_unique(zk_connect):
             assert sorted(live) == [1, 2] and live[1].epoch == e1 and live[2].endpoint().port == 9093
             await b.close()  # its session ends: the registration goes with it
             assert sorted(await a.brokers()) == [1]
-            c = ZkStore(zk_connect, 3000)
+            c = new_store()
             await c.start()
             assert await c.register_broker(reg(2, 9093)) > e2  # a returning broker has a newer epoch
             await c.close()
@@ -55,9 +67,9 @@ def test_broker_epochs_grow_and_ids_are_unique(zk_connect):
     run(main())
 
 
-def test_election_and_fencing_of_a_replaced_controller(zk_connect):
+def test_election_and_fencing_of_a_replaced_controller(new_store):
     async def main():
-        a, b = ZkStore(zk_connect, 3000), ZkStore(zk_connect, 3000)
+        a, b = new_store(), new_store()
         await a.start()
         await b.start()
         try:
@@ -79,7 +91,7 @@ def test_election_and_fencing_of_a_replaced_controller(zk_connect):
             lease_b = await b.elect_controller(2)
             assert lease_b is not None and lease_b.epoch == 2 and await b.controller_id() == 2
             # a zombie holding the old lease (here: a new session with controller 1's lease) is fenced
-            zombie = ZkStore(zk_connect, 3000)
+            zombie = new_store()
             await zombie.start()
             with pytest.raises(NotControllerError):
                 await zombie.update_partition_state(lease_a, "t", 0, z.PartitionState(1, 9, (1,), 1, s1.zk_version))
@@ -98,9 +110,9 @@ def test_election_and_fencing_of_a_replaced_controller(zk_connect):
     run(main())
 
 
-def test_producer_id_blocks_are_unique_across_brokers(zk_connect):
+def test_producer_id_blocks_are_unique_across_brokers(new_store):
     async def main():
-        stores = [ZkStore(zk_connect, 3000) for _ in range(3)]
+        stores = [new_store() for _ in range(3)]
         for s in stores:
             await s.start()
         try:
@@ -115,9 +127,9 @@ def test_producer_id_blocks_are_unique_across_brokers(zk_connect):
     run(main())
 
 
-def test_watches_run_on_the_event_loop(zk_connect):
+def test_watches_run_on_the_event_loop(new_store):
     async def main():
-        s = ZkStore(zk_connect, 3000)
+        s = new_store()
         await s.start()
         seen: list[tuple[str, object]] = []
         loop_thread = threading.get_ident()

@@ -111,6 +111,13 @@ class ZkStore(ClusterStore):
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        client = await self._connect()
+        client.add_listener(self._state_listener)
+        self.client = client
+        await self._run(self._ensure_paths)
+
+    async def _connect(self) -> Any:
+        """A started client (kazoo's here; local_store.LocalStore gives its in-process one)."""
         if self.chroot:
             await self._run(self._make_chroot)
         client = KazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s)
@@ -121,9 +128,7 @@ class ZkStore(ClusterStore):
             raise KafkaliteError(f"cannot connect to ZooKeeper at {self.connect} (zookeeper.connect) within "
                                  f"{self.connection_timeout_s:g} s (zookeeper.connection.timeout.ms): {exc}; is "
                                  "ZooKeeper running there?") from None
-        client.add_listener(self._state_listener)
-        self.client = client
-        await self._run(self._ensure_paths)
+        return client
 
     def _make_chroot(self) -> None:
         c = KazooClient(hosts=self.hosts, timeout=self.session_timeout_s)
@@ -180,9 +185,8 @@ class ZkStore(ClusterStore):
                 _data, stat = self.zk.get(path)
                 if stat.ephemeralOwner == self.zk.client_id[0]:  # ours already (a retried create)
                     return int(stat.czxid)
-                raise KafkaliteError(f"broker.id {registration.broker_id} is already registered in ZooKeeper "
-                                     f"({self.connect}{path}) by a running broker; give each broker its own "
-                                     "broker.id") from None
+                raise KafkaliteError(f"broker.id {registration.broker_id} is already registered ({self.connect}"
+                                     f"{path}) by a running broker; give each broker its own broker.id") from None
         return await self._run(run)
 
     async def brokers(self) -> dict[int, BrokerRegistration]:

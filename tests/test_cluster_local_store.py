@@ -1,0 +1,78 @@
+"""The local store (single-broker mode's ClusterStore) keeps its znodes in kafkalite-metadata.json: it reads the
+file single-broker kafkalite writes (broker/metadata.py), writes one that version still reads, and its
+persistent znodes, versions and creation ids survive a restart while its ephemeral ones do not."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+from kafkalite.broker.metadata import MetadataStore
+from kafkalite.cluster import znodes as z
+from kafkalite.cluster.local_store import METADATA_FILE, LocalStore
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def test_reads_the_single_broker_file_and_stays_readable_by_it(tmp_path):
+    old = MetadataStore(tmp_path)
+    a = old.add("orders", 3, {"cleanup.policy": "compact"})
+    old.add("logs", 1, {})
+    first_pid = old.next_producer_id()  # reserves ids 0..999 in the file
+
+    async def main():
+        s = LocalStore(tmp_path, broker_id=7)
+        await s.start()
+        try:
+            assert sorted(await s.topics()) == ["logs", "orders"]
+            orders = await s.topic_assignment("orders")
+            assert orders.topic_id == a.topic_id and orders.partitions == {0: [7], 1: [7], 2: [7]}
+            assert await s.topic_config("orders") == {"cleanup.policy": "compact"}
+            block = await s.next_producer_id_block(7)
+            assert block.start > first_pid  # never an id the single broker handed out
+            await s.create_topic(z.TopicAssignment("new", uuid.uuid4(), {0: [7], 1: [7]}), {"retention.ms": "5"})
+            await s.set_topic_config("logs", {"retention.ms": "9"})
+            return block
+        finally:
+            await s.close()
+    block = run(main())
+    again = MetadataStore(tmp_path)  # what an older kafkalite reads
+    assert {n: (t.partitions, t.configs) for n, t in again.topics.items()} == {
+        "orders": (3, {"cleanup.policy": "compact"}), "logs": (1, {"retention.ms": "9"}),
+        "new": (2, {"retention.ms": "5"})}
+    assert again.topics["orders"].topic_id == a.topic_id
+    assert again.next_producer_id() == block.end + 1
+
+
+def test_restart_keeps_persistent_znodes_and_drops_ephemeral_ones(tmp_path):
+    async def first():
+        s = LocalStore(tmp_path, 1)
+        await s.start()
+        epoch = await s.register_broker(z.BrokerRegistration(1, (z.Endpoint("PLAINTEXT", "h", 1),)))
+        lease = await s.elect_controller(1)
+        await s.create_topic(z.TopicAssignment("t", uuid.uuid4(), {0: [1]}), {})
+        states = await s.create_partition_states(lease, {("t", 0): z.PartitionState(1, 0, (1,), lease.epoch)})
+        await s.update_partition_state(lease, "t", 0, z.PartitionState(1, 1, (1,), lease.epoch,
+                                                                      states[("t", 0)].zk_version))
+        await s.close()
+        return epoch, lease
+
+    async def second(epoch, lease):
+        s = LocalStore(tmp_path, 1)
+        await s.start()
+        try:
+            assert await s.brokers() == {} and await s.controller_id() is None  # the old session's are gone
+            assert await s.register_broker(z.BrokerRegistration(1, (z.Endpoint("PLAINTEXT", "h", 1),))) > epoch
+            new_lease = await s.elect_controller(1)
+            assert new_lease.epoch == lease.epoch + 1
+            state = await s.partition_state("t", 0)
+            assert (state.leader_epoch, state.zk_version) == (1, 1)
+        finally:
+            await s.close()
+    run(second(*run(first())))
+    doc = json.loads((tmp_path / METADATA_FILE).read_text())
+    assert doc["version"] == 1 and "/brokers/topics/t/partitions/0/state" in doc["znodes"]
+    assert "/controller" not in doc["znodes"] and not any(p.startswith("/brokers/ids/") for p in doc["znodes"])
