@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +38,14 @@ class Cluster:
             if b.proc is not None and b.proc.poll() is None:
                 if bid in self.paused:
                     b.proc.send_signal(signal.SIGCONT)
-                rc = b.stop(timeout_s=15)
+                b.proc.send_signal(signal.SIGTERM)
+                try:
+                    b.proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    # with PYTHONFAULTHANDLER=1 (CI sets it) the broker's log then shows where it hung
+                    b.proc.send_signal(signal.SIGABRT)
+                    time.sleep(1)
+                rc = b.stop(timeout_s=5)
                 if rc != 0:
                     failed.append(f"broker {bid} exited with {rc}:\n{b.output()[-3000:]}")
         assert not failed, "\n".join(failed)

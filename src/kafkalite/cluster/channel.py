@@ -9,7 +9,6 @@ decision about its partitions. The target's broker epoch is put into each reques
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections.abc import Callable
@@ -53,8 +52,8 @@ class BrokerChannel:
         backoff = RETRY_BACKOFF_S
         while True:
             try:
-                self._reader, self._writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), REQUEST_TIMEOUT_S)
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):  # (3.11's wait_for can swallow a cancellation)
+                    self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
                 return
             except (OSError, TimeoutError) as exc:
                 log.debug("Controller cannot reach broker %d at %s:%d (%s); retrying", self.broker_id, self.host,
@@ -87,7 +86,8 @@ class BrokerChannel:
                 if self._writer is None:
                     await self._connect()
                 try:
-                    body = await asyncio.wait_for(self._exchange(item), REQUEST_TIMEOUT_S)
+                    async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                        body = await self._exchange(item)
                     backoff = RETRY_BACKOFF_S
                     break
                 except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError) as exc:
@@ -112,9 +112,12 @@ class BrokerChannel:
         self._disconnect()
 
     async def close(self) -> None:
+        """Stop the sender. Waiting for it must not swallow a cancellation of the caller (the controller's
+        event task being stopped), or that task would go on waiting for events that never come."""
         self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self.task
+        done, _ = await asyncio.wait([self.task], timeout=5)
+        if not done:
+            log.error("The controller's sender to broker %d did not stop within 5 s", self.broker_id)
         self._disconnect()
 
 
@@ -144,5 +147,5 @@ class ControllerChannels:
             ch.send(api_key, version, body, on_response)
 
     async def close(self) -> None:
-        for bid in list(self.channels):
-            await self.remove(bid)
+        channels, self.channels = list(self.channels.values()), {}
+        await asyncio.gather(*(ch.close() for ch in channels))

@@ -17,7 +17,6 @@ replaced by a newer one (a larger epoch) are handled as a failure followed by a 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -83,8 +82,9 @@ class Controller:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            done, _ = await asyncio.wait([self._task], timeout=10)
+            if not done:
+                log.error("The controller's event task did not stop within 10 s; going on with the shutdown")
         await self._resign("the broker is stopping")
 
     def enqueue(self, event: Event) -> None:

@@ -160,7 +160,21 @@ class ZkStore(ClusterStore):
             def stop() -> None:
                 client.stop()
                 client.close()
-            await asyncio.to_thread(stop)
+            # a daemon thread, not the loop's executor: if ZooKeeper never answers, exit is not held up
+            done = asyncio.get_running_loop().create_future()
+
+            def run() -> None:
+                try:
+                    stop()
+                finally:
+                    loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+            loop = asyncio.get_running_loop()
+            threading.Thread(target=run, name="zookeeper-close", daemon=True).start()
+            try:
+                async with asyncio.timeout(self.session_timeout_s):
+                    await done
+            except TimeoutError:
+                log.warning("Closing the ZooKeeper session took longer than %g s; going on", self.session_timeout_s)
 
     # --- cluster and brokers ---------------------------------------------------------------------
 
