@@ -17,7 +17,7 @@ from typing import Any
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import validate_topic_name
 from kafkalite.broker.replica_manager import MAX_PARTITIONS_PER_REQUEST, ReplicaManager, error_code_of
-from kafkalite.coordinator.coordinator import GROUP_API_KEYS
+from kafkalite.coordinator.coordinator import GROUP_API_KEYS, GroupCoordinator
 from kafkalite.errors import (
     InvalidConfigError,
     InvalidRequestError,
@@ -55,7 +55,8 @@ class CloseConnection(Exception):
 
 
 class KafkaApis:
-    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, coordinator: Any | None = None) -> None:
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, coordinator: GroupCoordinator | None = None
+                 ) -> None:
         self.config = config
         self.replicas = replicas
         self.coordinator = coordinator
@@ -89,7 +90,7 @@ class KafkaApis:
 
     def advertised(self) -> dict[int, tuple[int, int]]:
         """Only what has a handler: clients pick features from this table (reference section 10)."""
-        return {k: SUPPORTED_VERSIONS[k] for k in sorted(self._handlers) if k in SUPPORTED_VERSIONS}
+        return {k: versions for k, versions in sorted(SUPPORTED_VERSIONS.items()) if k in self._handlers}
 
     def handles(self, api_key: int) -> bool:
         return api_key in self._handlers
@@ -615,6 +616,7 @@ class KafkaApis:
                         TRANSACTIONS_UNSUPPORTED)
         if key_type == 0 and not self._offsets_topic_ready:
             # Kafka creates __consumer_offsets on the first FindCoordinator for a group.
+            assert self.coordinator is not None  # this handler is registered only with a coordinator (__init__)
             self.coordinator.ensure_offsets_topic()
             self.replicas.adopt_logs()
             self._offsets_topic_ready = True
@@ -635,5 +637,6 @@ class KafkaApis:
                 "member_id": None, "member_epoch": -1, "heartbeat_interval_ms": 0, "assignment": None}
 
     async def group_request(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
+        assert self.coordinator is not None  # this handler is registered only with a coordinator (__init__)
         return await self.coordinator.handle(h.api_key, h.api_version, body, h.client_id, host)
 

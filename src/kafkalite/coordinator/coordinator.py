@@ -313,7 +313,8 @@ class GroupCoordinator:
         elif not valid:
             error = Errors.NONE
         else:
-            generation = int(body.get("generation_id_or_member_epoch", body.get("generation_id", -1)))
+            field = "generation_id_or_member_epoch" if "generation_id_or_member_epoch" in body else "generation_id"
+            generation = int(body.get(field, -1))
             member_id = body.get("member_id") or ""
             instance_id = body.get("group_instance_id") if v >= 7 else None
             error = self._validate_commit(v, group_id, generation if v >= 1 else -1, member_id if v >= 1 else "",
