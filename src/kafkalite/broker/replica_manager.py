@@ -143,8 +143,12 @@ class ReplicaManager:
         return part
 
     def leader_epoch(self, lg: Log) -> int:
-        """The epoch this broker leads `lg`'s partition at, for Metadata (-1 when it does not know it)."""
+        """The partition epoch of `lg`'s partition, for Metadata (-1 when this broker has no state for it).
+        In single-broker mode a log made directly on the LogManager is led from here on, so Metadata and
+        the request paths agree on its epoch."""
         part = self.partitions.get((lg.topic, lg.partition))
+        if part is None and self.leads_all_local_logs:
+            part = self.lead_locally(lg)
         return part.leader_epoch if part is not None else -1
 
     def io_failed(self, topic: str, partition: int, exc: OSError) -> KafkaStorageError:
