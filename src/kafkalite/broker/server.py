@@ -22,8 +22,10 @@ from kafkalite.broker.apis import CloseConnection, KafkaApis
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import MetadataStore
 from kafkalite.broker.replica_manager import ReplicaManager
+from kafkalite.broker.topic_admin import TopicAdmin
 from kafkalite.cleaner.config import CleanerConfig
 from kafkalite.coordinator import GroupCoordinator
+from kafkalite.coordinator.config import OFFSETS_TOPIC
 from kafkalite.errors import KafkaliteError
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol import (
@@ -38,6 +40,7 @@ from kafkalite.protocol import (
     encode_response,
     read_request_header,
 )
+from kafkalite.storage.producer_state import AppendOrigin
 
 log = logging.getLogger("kafkalite.broker")
 
@@ -50,6 +53,7 @@ class Broker:
         self.config = config
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
+        self.admin: TopicAdmin | None = None
         self.apis: KafkaApis | None = None
         self.coordinator: Any = None
         self._servers: list[asyncio.base_events.Server] = []
@@ -83,6 +87,8 @@ class Broker:
             raise KafkaliteError(f"cannot open the data directory (log.dirs) {where}: {exc.strerror or exc}") \
                 from None
         self.replicas = ReplicaManager(cfg, self.logs, MetadataStore(self.logs.dirs[0].path))
+        self.admin = TopicAdmin(self.replicas)
+        self.admin.startup()
         self.replicas.startup()
         if any(li.port == 0 for li in cfg.advertised()):
             # Listening on an ephemeral port (tests): advertise the port the OS picked.
@@ -91,7 +97,7 @@ class Broker:
             cfg = self.config = BrokerConfig.load(None, {**cfg.props,
                                                          "advertised.listeners": f"{adv.name}://{adv.host}:{port}"})
         self.coordinator = await self._start_coordinator()
-        self.apis = KafkaApis(cfg, self.replicas, self.coordinator)
+        self.apis = KafkaApis(cfg, self.replicas, self.coordinator, self.admin)
         self.logs.startup()
         for server in self._servers:
             await server.start_serving()
@@ -119,7 +125,12 @@ class Broker:
     async def _start_coordinator(self) -> Any:
         replicas = self.replicas
         assert replicas is not None
-        coordinator = GroupCoordinator(self.logs, self.config,
+
+        def write_offsets(partition: int, batch: bytearray) -> int:  # the coordinator appends like a produce
+            info = replicas.append_records(OFFSETS_TOPIC, partition, batch, origin=AppendOrigin.COORDINATOR)
+            return info.first_offset
+
+        coordinator = GroupCoordinator(self.logs, self.config, writer=write_offsets,
                                        partition_exists=lambda t, p: replicas.logs.get_log(t, p) is not None)
         await coordinator.start()
         return coordinator
