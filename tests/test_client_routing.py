@@ -131,3 +131,26 @@ def test_group_calls_go_to_the_coordinator(broker):
         assert c.offset_commit("g1", {(topic, 0): 5}) == {(topic, 0): 0}
         assert c.offset_fetch("g1") == {(topic, 0): 5}
         assert c.delete_groups(["g1"]) == {"g1": 0}
+
+
+def test_partition_requests_go_to_the_leader_metadata_names(tmp_path):
+    """The broker advertises "localhost" while the bootstrap list says 127.0.0.1: data requests must use
+    the leader's advertised address (a connection per broker, opened on first use), not the bootstrap one."""
+    port = free_port()
+    b = BrokerProcess(tmp_path / "data", {"advertised.listeners": f"PLAINTEXT://localhost:{port}"}, port=port).start()
+    try:
+        with KafkaClient(f"127.0.0.1:{free_port()},{b.bootstrap}", connect_timeout_s=2) as c:
+            topic = name()
+            c.create_topic(topic, 2)
+            assert c.connections() == {}
+            c.produce_many({(topic, 0): batch(b"a"), (topic, 1): batch(b"b")})
+            [(node, conn)] = c.connections().items()
+            assert (conn.host, conn.port, node) == ("localhost", port, c.cluster.leader((topic, 0)))
+            assert c.address == b.bootstrap  # cluster-wide requests stay on the bootstrap connection
+            fetched = c.fetch_many({(topic, 0): 0, (topic, 1): 0})
+            assert {tp: p["high_watermark"] for tp, (p, _) in fetched.items()} == {(topic, 0): 1, (topic, 1): 1}
+            c.drop(node)  # a lost leader connection is opened again on the next request
+            assert c.list_offset(topic, 1, -1) == 1
+            assert c.delete_records({(topic, 1): 1})[(topic, 1)]["low_watermark"] == 1
+    finally:
+        assert b.stop() == 0, b.output()

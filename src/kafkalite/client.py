@@ -369,6 +369,10 @@ class KafkaClient:
             conn = self._nodes[node_id] = self._open(info.host, info.port, node_id)
         return conn
 
+    def connections(self) -> dict[int, BrokerConnection]:
+        """The open connections to brokers by node id (not the bootstrap connection)."""
+        return dict(self._nodes)
+
     def drop(self, node_id: int) -> None:
         """Close one broker's connection (broken, or left with answers nobody will read)."""
         conn = self._nodes.pop(node_id, None)
