@@ -1,4 +1,5 @@
-"""The network side of the broker: asyncio listeners, Kafka framing, and zero-copy fetch responses.
+"""The network side of the broker: asyncio listeners, zero-copy fetch responses, and the bytes of each
+connection moved through a `protocol.connection.ServerConnection` (framing, decoding, what to refuse).
 
 Each connection handles one request at a time, in order (Kafka mutes a channel until its response is
 sent), so pipelined requests get their responses in sequence and a long-polling fetch holds up only its
