@@ -26,6 +26,7 @@ demo: $(SPARK_STAMP)
 
 test: $(DEV_STAMP)
 	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m pytest -q
 
 # The inner loop for contributors: no Spark, no real-client matrix, no multi-process fault tests (< 1 min).
@@ -37,6 +38,7 @@ bench: $(DEV_STAMP)
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) kafkalite-data

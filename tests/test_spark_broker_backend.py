@@ -181,7 +181,7 @@ def test_leaders_are_found_through_metadata_not_the_bootstrap_address(tmp_path):
             assert src.list_topics() == {"t": [0, 1]}
             assert src.offset_bounds([("t", 1)])[("t", 1)].latest == 20
             assert src.cluster.any_broker().host == "127.0.0.1"
-            assert {c.host for c in src.cluster._nodes.values()} == {"localhost"}
+            assert {c.host for c in src.cluster.client.connections().values()} == {"localhost"}
             with pytest.raises(UnknownTopicError, match="partition t-2 does not exist"):
                 src.offset_bounds([("t", 2)])
             with pytest.raises(UnknownTopicError, match="topic nope does not exist"):

@@ -148,6 +148,9 @@ def test_running_out_of_descriptors_does_not_take_the_log_dir_offline(tmp_path):
             payload = b"x" * 1500
             batch = build_batch([SimpleRecord(None, payload, timestamp=int(time.time() * 1000))])
             assert c.produce("t", 0, batch)["error_code"] == 0
+            # the broker's own answers, no retries; its connection to the leader is opened before descriptors run out
+            raw = KafkaClient(b.bootstrap, timeout_s=30, retry_timeout_s=0)
+            assert raw.produce("t", 0, batch)["error_code"] == 0
             # use up the broker's descriptors with idle connections
             conns = []
             while fd_count(b.proc.pid) < limit - 1:
@@ -155,13 +158,14 @@ def test_running_out_of_descriptors_does_not_take_the_log_dir_offline(tmp_path):
                 time.sleep(0.002)
             time.sleep(0.3)
             errors = []
-            written = 1
+            written = 2
             for _ in range(4):  # every append rolls (segment.bytes 2048) and so opens new files
                 try:
-                    c.produce("t", 0, batch)
+                    raw.produce("t", 0, batch)
                     written += 1
                 except KafkaClientError as exc:
                     errors.append((exc.error_code, str(exc)))
+            raw.close()
             for conn in conns:
                 conn.close()
             assert any(code == E.KAFKA_STORAGE_ERROR and "ulimit -n" in msg for code, msg in errors), errors

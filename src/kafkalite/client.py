@@ -1,30 +1,39 @@
 """A small blocking Kafka client over kafkalite's protocol codec, for the CLI and tools.
 
 It speaks to any Kafka broker (version negotiation through ApiVersions picks the highest version both
-sides know), so `kafkalite topics` works against Apache Kafka too. It is deliberately simple: one
-connection (to the first reachable address of the bootstrap list), requests answered in order. Real
-applications should use a full client (librdkafka, the Java client); this one exists so kafkalite's own
-tools and the Spark connector's broker mode need no extra dependency.
+sides know), so `kafkalite topics` works against Apache Kafka too, and to a cluster: the bootstrap list
+is tried in order, Metadata gives the brokers and each partition's leader and leader epoch, and
+partition requests (Produce, Fetch, ListOffsets, DeleteRecords) go to the leader over one connection
+per broker, opened on first use; group requests go to the group's coordinator (FindCoordinator).
+The errors Kafka's clients retry (a moved leader, an election in progress, a broker restarting, a
+dropped connection) are retried with backoff, refreshing metadata, until `retry_timeout_s`. A Produce
+whose connection fails after sending, or that times out, may or may not have been written: that is
+raised as ProduceOutcomeUnknown and never retried (a retry could write it twice).
 
-Requests can be pipelined (`send` several, then `receive` their answers in the same order, which
-Kafka guarantees per connection): the Spark reader asks for the next chunk of a partition while it
-decodes the previous one.
+Real applications should use a full client (librdkafka, the Java client); this one exists so
+kafkalite's own tools and the Spark connector's broker mode need no extra dependency.
+
+Framing and correlation ids are `kafkalite.protocol.connection`'s; `BrokerConnection` only moves its
+bytes. Requests can be pipelined (`send` several, then `receive` their answers in the same order,
+which Kafka guarantees per connection): the Spark reader asks for the next chunk of a partition
+while it decodes the previous one.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
-import struct
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafkalite.errors import KafkaliteError
-from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode, decode_response, encode_request
+from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode
+from kafkalite.protocol.connection import ClientConnection
 from kafkalite.records.batch import RecordBatch, iter_batches
 
-_SIZE = struct.Struct(">i")
+log = logging.getLogger("kafkalite.client")
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 
@@ -37,6 +46,28 @@ class KafkaClientError(KafkaliteError):
             name = f"error {error_code}"
         super().__init__(f"{name}: {message}")
         self.error_code = error_code
+
+
+class ProduceOutcomeUnknown(KafkaClientError):
+    """A Produce was sent but its answer never came (the connection failed, or the request timed out):
+    the records may or may not have been written. Not retried, since a retry could write them twice."""
+
+
+TopicPartition = tuple[str, int]
+
+# Answers after which Kafka's clients refresh metadata and retry (InvalidMetadataException and kin): the
+# partition's leader is elsewhere, being elected, not known yet, or its log dir is offline.
+REFRESH_AND_RETRY = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.REPLICA_NOT_AVAILABLE,
+})
+# Retried at the same broker after a pause: it is behind us (its LeaderAndIsr has not arrived yet), or busy.
+RETRY_SAME_BROKER = frozenset({ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.OFFSET_NOT_AVAILABLE})
+# Produce answers retried (nothing was written); NOT_ENOUGH_REPLICAS_AFTER_APPEND is not: it was written.
+PRODUCE_RETRY = REFRESH_AND_RETRY | RETRY_SAME_BROKER | {ErrorCode.NOT_ENOUGH_REPLICAS}
+# Group answers after which the coordinator is looked up again, or asked again after a pause.
+COORDINATOR_MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
+COORDINATOR_RETRY = COORDINATOR_MOVED | {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
 
 
 def parse_bootstrap_servers(servers: str) -> list[tuple[str, int]]:
@@ -69,12 +100,16 @@ def parse_bootstrap(servers: str) -> tuple[str, int]:
 
 
 def fetch_request(partitions: Sequence[tuple[str, int, int, int]], *, max_bytes: int, max_wait_ms: int = 500,
-                  min_bytes: int = 1, isolation_level: int = READ_UNCOMMITTED) -> dict[str, Any]:
-    """A Fetch body for (topic, partition, offset, partition max bytes) entries, no fetch session."""
+                  min_bytes: int = 1, isolation_level: int = READ_UNCOMMITTED,
+                  leader_epochs: Mapping[tuple[str, int], int] | None = None) -> dict[str, Any]:
+    """A Fetch body for (topic, partition, offset, partition max bytes) entries, no fetch session;
+    `leader_epochs` gives current_leader_epoch per partition (-1, no check, for those it lacks)."""
+    epochs = leader_epochs or {}
     topics: dict[str, list[dict[str, Any]]] = {}
     for topic, partition, offset, partition_max in partitions:
         topics.setdefault(topic, []).append({"partition": partition, "fetch_offset": offset,
-                                             "partition_max_bytes": partition_max, "current_leader_epoch": -1,
+                                             "partition_max_bytes": partition_max,
+                                             "current_leader_epoch": epochs.get((topic, partition), -1),
                                              "log_start_offset": -1})
     return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
             "isolation_level": isolation_level, "session_id": 0, "session_epoch": -1,
@@ -92,102 +127,86 @@ def produce_request(batches: Mapping[tuple[str, int], Sequence[bytes | memoryvie
             "topic_data": [{"name": t, "partition_data": ps} for t, ps in topics.items()]}
 
 
-class KafkaClient:
-    """One connection to one broker: the first address of `bootstrap` (a comma-separated list) that
-    accepts it. Raises ConnectionError naming every address tried when none does."""
+class BrokerConnection:
+    """One blocking connection to one broker: a socket moving a ClientConnection's bytes.
 
-    def __init__(self, bootstrap: str, client_id: str = "kafkalite-cli", timeout_s: float = 30.0,
-                 connect_timeout_s: float | None = None) -> None:
-        self.client_id = client_id
+    Raises OSError (ConnectionError when the broker closes it) on network failures; after one, or after
+    a send or read cut short (e.g. by Ctrl-C), the byte stream cannot be trusted and the connection
+    refuses further use (`broken`)."""
+
+    def __init__(self, host: str, port: int, client_id: str | None = "kafkalite-cli", timeout_s: float = 30.0,
+                 connect_timeout_s: float | None = None, node_id: int = -1) -> None:
+        self.host, self.port, self.node_id = host, port, node_id
         self.timeout_s = timeout_s
-        failures = []
-        for host, port in parse_bootstrap_servers(bootstrap):
-            try:
-                sock = socket.create_connection((host, port), timeout=connect_timeout_s or timeout_s)
-            except OSError as exc:
-                failures.append(f"{host}:{port}: {exc.strerror or exc}")
-                continue
-            self.host, self.port = host, port
-            break
-        else:
-            raise ConnectionError("cannot connect to " + "; ".join(failures))
+        sock = socket.create_connection((host, port), timeout=connect_timeout_s or timeout_s)
         sock.settimeout(timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
-        self._correlation = 0
-        self._inflight: deque[tuple[int, int, int]] = deque()  # (correlation id, api, version) awaiting an answer
-        self._broken = ""  # why the byte stream can no longer be trusted, once a send or read was cut short
+        self._conn = ClientConnection(client_id)
+        self._broken = ""  # why the byte stream can no longer be trusted
         self.versions: dict[int, int] = {}
-        self._negotiate()
+        try:
+            self._negotiate()
+        except BaseException:
+            sock.close()
+            raise
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def close(self) -> None:
-        self._sock.close()
-
-    def __enter__(self) -> KafkaClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # --- transport ------------------------------------------------------------------------------
-
-    def _recv_exact(self, n: int) -> bytearray:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = self._sock.recv_into(view[got:])
-            if k == 0:
-                raise ConnectionError(f"the broker at {self.host}:{self.port} closed the connection")
-            got += k
-        return buf
-
-    def send(self, api: int, body: dict[str, Any], version: int | None = None, expect_response: bool = True) -> int:
-        """Send a request without waiting; `receive` returns the answers in the order sent."""
-        if self._broken:
-            raise ConnectionError(f"the connection to {self.host}:{self.port} is unusable after {self._broken}")
-        v = self.versions.get(api, 0) if version is None else version
-        self._correlation += 1
-        try:
-            self._sock.sendall(encode_request(api, v, self._correlation, self.client_id, body))
-        except BaseException:
-            self._broken = "an interrupted send"
-            raise
-        if expect_response:
-            self._inflight.append((self._correlation, api, v))
-        return self._correlation
+    @property
+    def client_id(self) -> str | None:
+        return self._conn.client_id
 
     @property
     def broken(self) -> bool:
-        """True once a send or read was cut short (e.g. by Ctrl-C): no further request can be framed."""
+        """True once a send or read failed or was cut short: no further request can be framed."""
         return bool(self._broken)
 
     @property
     def pending(self) -> int:
         """Requests sent whose answers were not received yet."""
-        return len(self._inflight)
+        return self._conn.pending
+
+    def close(self) -> None:
+        self._broken = self._broken or "close()"
+        self._sock.close()
+
+    def send(self, api: int, body: dict[str, Any], version: int | None = None, expect_response: bool = True) -> int:
+        """Send a request without waiting; `receive` returns the answers in the order sent."""
+        if self._broken:
+            raise ConnectionError(f"the connection to {self.address} is unusable after {self._broken}")
+        v = self.versions.get(api, 0) if version is None else version
+        correlation, frame = self._conn.send_request(api, v, body, expect_response)
+        try:
+            self._sock.sendall(frame)
+        except BaseException as exc:
+            self._broken = f"an interrupted send ({exc!r})"
+            raise
+        return correlation
 
     def receive(self) -> dict[str, Any]:
         """The answer to the oldest request sent and not yet received."""
-        correlation, api, v = self._inflight.popleft()
+        if self._broken:
+            raise ConnectionError(f"the connection to {self.address} is unusable after {self._broken}")
+        if not self._conn.pending:
+            raise RuntimeError("receive() with no request awaiting an answer")
         try:
-            size = _SIZE.unpack(self._recv_exact(4))[0]
-            frame = self._recv_exact(size)
-        except BaseException:  # e.g. Ctrl-C mid-read: the stream position is lost
-            self._broken = "an interrupted read"
+            while True:
+                n = self._sock.recv_into(self._conn.recv_buffer())
+                if n == 0:
+                    raise ConnectionError(f"the broker at {self.address} closed the connection")
+                done = self._conn.received(n)
+                if done is not None:
+                    return done[1]
+        except BaseException as exc:  # e.g. Ctrl-C mid-read: the stream position is lost
+            self._broken = f"an interrupted read ({exc!r})"
             raise
-        got, out = decode_response(api, v, frame)
-        if got != correlation:
-            raise ConnectionError(f"response correlation id {got} != request {correlation}")
-        return out
 
     def request(self, api: int, body: dict[str, Any], version: int | None = None,
                 expect_response: bool = True) -> dict[str, Any]:
-        if self._inflight:
+        if self._conn.pending:
             raise RuntimeError("request() with pipelined requests still unanswered; receive() them first")
         self.send(api, body, version, expect_response)
         return self.receive() if expect_response else {}
@@ -202,13 +221,384 @@ class KafkaClient:
             if hi >= max(ours[0], k["min_version"]):
                 self.versions[k["api_key"]] = hi
 
-    # --- admin ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition as Metadata described it: leader -1 when it has none (LEADER_NOT_AVAILABLE), leader
+    epoch -1 when the broker does not say (Metadata before v7)."""
+
+    topic: str
+    partition: int
+    error_code: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    offline: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class ClusterView:
+    """What the latest Metadata answers said: brokers, controller, topics' errors and partitions."""
+
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    controller_id: int = -1
+    cluster_id: str | None = None
+    topic_errors: dict[str, int] = field(default_factory=dict)
+    partitions: dict[TopicPartition, PartitionInfo] = field(default_factory=dict)
+
+    def leader(self, tp: TopicPartition) -> int:
+        """The leader's node id, -1 when unknown or none."""
+        p = self.partitions.get(tp)
+        return -1 if p is None or p.leader not in self.brokers else p.leader
+
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        p = self.partitions.get(tp)
+        return -1 if p is None else p.leader_epoch
+
+    def partitions_of(self, topic: str) -> list[PartitionInfo]:
+        return sorted((p for (t, _), p in self.partitions.items() if t == topic), key=lambda p: p.partition)
+
+    def update(self, resp: Mapping[str, Any]) -> None:
+        """Take in a Metadata answer: brokers are replaced (it lists all live ones), the topics it
+        answered for are replaced, others kept."""
+        brokers = {b["node_id"]: BrokerInfo(b["node_id"], b["host"], b["port"], b.get("rack"))
+                   for b in resp.get("brokers", [])}
+        if brokers:
+            self.brokers = brokers
+        self.controller_id = resp.get("controller_id", -1)
+        self.cluster_id = resp.get("cluster_id", self.cluster_id)
+        for t in resp.get("topics", []):
+            name = t.get("name")
+            if not name:
+                continue
+            self.topic_errors[name] = t["error_code"]
+            for key in [k for k in self.partitions if k[0] == name]:
+                del self.partitions[key]
+            for p in t.get("partitions", []):
+                leader = p["leader_id"] if p["error_code"] in (0, ErrorCode.REPLICA_NOT_AVAILABLE) else -1
+                self.partitions[(name, p["partition_index"])] = PartitionInfo(
+                    name, p["partition_index"], p["error_code"], leader, p.get("leader_epoch", -1),
+                    tuple(p.get("replica_nodes") or ()), tuple(p.get("isr_nodes") or ()),
+                    tuple(p.get("offline_replicas") or ()))
+
+
+class _Retry:
+    """Backoff for one operation: waits that double from `retry_backoff_s` up to 1 s, until a deadline."""
+
+    def __init__(self, client: KafkaClient) -> None:
+        self.deadline = time.monotonic() + client.retry_timeout_s
+        self.delay = client.retry_backoff_s
+
+    def wait(self) -> bool:
+        """Sleep before the next attempt; False (without sleeping) when that would pass the deadline."""
+        if time.monotonic() + self.delay > self.deadline:
+            return False
+        time.sleep(self.delay)
+        self.delay = min(max(self.delay, 0.01) * 2, 1.0)
+        return True
+
+
+def _error_answer(tp: TopicPartition, code: int, message: str) -> dict[str, Any]:
+    """An answer for a partition no broker answered for (no leader known, or its broker unreachable)."""
+    return {"partition_index": tp[1], "index": tp[1], "error_code": code, "error_message": message}
+
+
+class KafkaClient:
+    """A Kafka cluster, reached through `bootstrap` (a comma-separated host:port list, tried in order).
+
+    `send`/`receive`/`request`/`versions` talk to the bootstrap connection (any broker; cluster-wide
+    requests). The data methods route each partition to its leader and the group methods to the
+    group's coordinator, retrying as the module doc says. Raises ConnectionError naming every address
+    tried when none accepts a connection."""
+
+    def __init__(self, bootstrap: str, client_id: str = "kafkalite-cli", timeout_s: float = 30.0,
+                 connect_timeout_s: float | None = None, retry_timeout_s: float | None = None,
+                 retry_backoff_s: float = 0.1) -> None:
+        self.client_id = client_id
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.retry_timeout_s = timeout_s if retry_timeout_s is None else retry_timeout_s
+        self.retry_backoff_s = retry_backoff_s
+        self.bootstrap = parse_bootstrap_servers(bootstrap)
+        self.cluster = ClusterView()
+        self._nodes: dict[int, BrokerConnection] = {}
+        self._coordinators: dict[str, int] = {}
+        self._any: BrokerConnection = self._connect_any()
+
+    # --- connections ------------------------------------------------------------------------------
+
+    def _open(self, host: str, port: int, node_id: int = -1) -> BrokerConnection:
+        return BrokerConnection(host, port, self.client_id, self.timeout_s, self.connect_timeout_s, node_id)
+
+    def _connect_any(self) -> BrokerConnection:
+        """The first address that accepts: the bootstrap list, then the brokers Metadata named."""
+        failures = []
+        known = [(b.host, b.port) for b in self.cluster.brokers.values()]
+        for host, port in [*self.bootstrap, *(a for a in known if a not in self.bootstrap)]:
+            try:
+                return self._open(host, port)
+            except OSError as exc:
+                failures.append(f"{host}:{port}: {exc.strerror or exc}")
+        raise ConnectionError("cannot connect to " + "; ".join(failures))
+
+    def any_broker(self) -> BrokerConnection:
+        """A working connection for cluster-wide requests, reconnecting (to any broker) if it broke."""
+        if self._any.broken:
+            self._any.close()
+            self._any = self._connect_any()
+        return self._any
+
+    def broker(self, node_id: int) -> BrokerConnection:
+        """The connection to one broker by node id (Metadata's), opened on first use. OSError when the
+        broker cannot be reached; KeyError when Metadata does not name it."""
+        conn = self._nodes.get(node_id)
+        if conn is not None and conn.broken:
+            self.drop(node_id)
+            conn = None
+        if conn is None:
+            info = self.cluster.brokers[node_id]
+            conn = self._nodes[node_id] = self._open(info.host, info.port, node_id)
+        return conn
+
+    def connections(self) -> dict[int, BrokerConnection]:
+        """The open connections to brokers by node id (not the bootstrap connection)."""
+        return dict(self._nodes)
+
+    def drop(self, node_id: int) -> None:
+        """Close one broker's connection (broken, or left with answers nobody will read)."""
+        conn = self._nodes.pop(node_id, None)
+        if conn is not None:
+            conn.close()
+
+    @property
+    def host(self) -> str:
+        return self._any.host
+
+    @property
+    def port(self) -> int:
+        return self._any.port
+
+    @property
+    def address(self) -> str:
+        return self._any.address
+
+    @property
+    def versions(self) -> dict[int, int]:
+        return self._any.versions
+
+    @property
+    def broken(self) -> bool:
+        return self._any.broken
+
+    @property
+    def pending(self) -> int:
+        return self._any.pending
+
+    def close_connections(self) -> None:
+        """Close every connection; the next request opens what it needs (the bootstrap list first)."""
+        for node in list(self._nodes):
+            self.drop(node)
+        self._any.close()
+
+    def close(self) -> None:
+        self.close_connections()
+
+    def __enter__(self) -> KafkaClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, api: int, body: dict[str, Any], version: int | None = None, expect_response: bool = True) -> int:
+        """Send to the bootstrap connection without waiting; `receive` returns the answers in order."""
+        return self._any.send(api, body, version, expect_response)
+
+    def receive(self) -> dict[str, Any]:
+        return self._any.receive()
+
+    def request(self, api: int, body: dict[str, Any], version: int | None = None,
+                expect_response: bool = True) -> dict[str, Any]:
+        """One request to any broker, answered (reconnecting first if the connection broke)."""
+        return self.any_broker().request(api, body, version, expect_response)
+
+    # --- metadata ---------------------------------------------------------------------------------
 
     def metadata(self, topics: list[str] | None = None, allow_auto_topic_creation: bool = False) -> dict[str, Any]:
-        """Brokers, and topics with their partitions and leaders (all topics when `topics` is None)."""
+        """Brokers, and topics with their partitions and leaders (all topics when `topics` is None), as the
+        broker answered; the client's view (`cluster`) is updated from it."""
         body = {"topics": None if topics is None else [{"name": t} for t in topics],
-                "allow_auto_topic_creation": allow_auto_topic_creation}
-        return self.request(ApiKey.METADATA, body)
+                "allow_auto_topic_creation": allow_auto_topic_creation,
+                "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}
+        resp = self.request(ApiKey.METADATA, body)
+        self.cluster.update(resp)
+        return resp
+
+    def refresh_metadata(self, topics: Iterable[str] | None = None) -> ClusterView:
+        """Metadata again (from any broker, reconnecting if needed); the updated view."""
+        self.metadata(None if topics is None else sorted(set(topics)))
+        return self.cluster
+
+    # --- routing ----------------------------------------------------------------------------------
+
+    def _routed(self, what: str, items: Mapping[TopicPartition, Any], api: int,
+                build: Callable[[dict[TopicPartition, Any], int], dict[str, Any]],
+                answers: Callable[[dict[str, Any]], Iterable[tuple[TopicPartition, dict[str, Any]]]],
+                retry: frozenset[int] = REFRESH_AND_RETRY | RETRY_SAME_BROKER, produce: bool = False,
+                expect_response: bool = True) -> dict[TopicPartition, dict[str, Any]]:
+        """Send each partition's item to its leader (one request per leader, pipelined across leaders),
+        retrying partitions whose answer is in `retry`, or whose leader is unknown or unreachable, until
+        retry_timeout_s; then their last answer. `build(items, version)` makes a request body. A Produce
+        (`produce`) whose connection fails after the send raises ProduceOutcomeUnknown."""
+        todo = dict(items)
+        done: dict[TopicPartition, dict[str, Any]] = {}
+        last: dict[TopicPartition, dict[str, Any]] = {}
+        retry_state = _Retry(self)
+        refresh = any(self.cluster.leader(tp) < 0 for tp in todo)
+        while True:
+            fresh = False
+            if refresh:
+                try:
+                    self.refresh_metadata({t for t, _ in todo})
+                    fresh = True
+                except OSError as exc:
+                    last.update({tp: _error_answer(tp, ErrorCode.BROKER_NOT_AVAILABLE, f"Metadata: {exc}")
+                                 for tp in todo})
+            refresh = False
+            groups: dict[int, dict[TopicPartition, Any]] = {}
+            for tp, item in list(todo.items()):
+                leader = self.cluster.leader(tp)
+                if fresh and self.cluster.topic_errors.get(tp[0]) == 0 and tp not in self.cluster.partitions:
+                    # The topic exists and Metadata just listed its partitions: this one is not among them.
+                    done[tp] = _error_answer(tp, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                             f"{tp[0]} has no partition {tp[1]}")
+                    del todo[tp]
+                elif leader < 0:
+                    p = self.cluster.partitions.get(tp)
+                    code = p.error_code if p is not None and p.error_code else \
+                        self.cluster.topic_errors.get(tp[0]) or (ErrorCode.LEADER_NOT_AVAILABLE if p is not None
+                                                                 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    last[tp] = _error_answer(tp, code, f"{tp[0]}-{tp[1]} has no known leader")
+                    refresh = True
+                else:
+                    groups.setdefault(leader, {})[tp] = item
+            sent: list[tuple[int, dict[TopicPartition, Any]]] = []
+            for node, part in groups.items():
+                try:
+                    conn = self.broker(node)
+                    conn.send(api, build(part, conn.versions.get(api, 0)), expect_response=expect_response)
+                except OSError as exc:
+                    self.drop(node)  # a send cut short leaves the broker an incomplete frame: nothing written
+                    last.update({tp: _error_answer(tp, ErrorCode.BROKER_NOT_AVAILABLE,
+                                                   f"broker {node}: {exc.strerror or exc}") for tp in part})
+                    refresh = True
+                    continue
+                sent.append((node, part))
+            for node, part in sent:
+                if not expect_response:
+                    done.update({tp: {} for tp in part})
+                    todo = {tp: v for tp, v in todo.items() if tp not in part}
+                    continue
+                try:
+                    resp = self._nodes[node].receive()
+                except OSError as exc:
+                    self.drop(node)
+                    if produce:
+                        raise ProduceOutcomeUnknown(ErrorCode.NETWORK_EXCEPTION,
+                                                    f"{what}: the connection to broker {node} failed after the "
+                                                    f"Produce was sent ({exc}); the records of "
+                                                    f"{_names(part)} may or may not have been written") from None
+                    last.update({tp: _error_answer(tp, ErrorCode.NETWORK_EXCEPTION, f"broker {node}: {exc}")
+                                 for tp in part})
+                    refresh = True
+                    continue
+                for tp, ans in answers(resp):
+                    if tp not in part:
+                        continue
+                    code = ans.get("error_code", 0)
+                    if code in retry:
+                        last[tp] = ans
+                        refresh = refresh or code not in RETRY_SAME_BROKER
+                    else:
+                        done[tp] = ans
+                        del todo[tp]
+            todo = {tp: v for tp, v in todo.items() if tp not in done}
+            if not todo:
+                return done
+            log.debug("%s: retrying %s", what, {f"{t}-{p}": last.get((t, p), {}).get("error_code") for t, p in todo})
+            if not retry_state.wait():
+                for tp in todo:
+                    done[tp] = last.get(tp) or _error_answer(tp, ErrorCode.REQUEST_TIMED_OUT, what)
+                return done
+
+    # --- groups: the coordinator ------------------------------------------------------------------
+
+    def coordinator(self, group: str) -> BrokerConnection:
+        """The connection to `group`'s coordinator (FindCoordinator, cached until NOT_COORDINATOR),
+        retrying while none is available."""
+        node = self._coordinators.get(group)
+        if node is not None and node in self.cluster.brokers:
+            return self.broker(node)
+        retry = _Retry(self)
+        while True:
+            try:
+                res = self._find_coordinator(group)
+                code = res["error_code"]
+                if code == 0:
+                    node = res["node_id"]
+                    if node not in self.cluster.brokers or \
+                            (self.cluster.brokers[node].host, self.cluster.brokers[node].port) != \
+                            (res["host"], res["port"]):
+                        self.cluster.brokers[node] = BrokerInfo(node, res["host"], res["port"])
+                    conn = self.broker(node)
+                    self._coordinators[group] = node
+                    return conn
+                failure: Exception = KafkaClientError(code, res.get("error_message") or f"coordinator of {group}")
+                if code not in COORDINATOR_RETRY:
+                    raise failure
+            except OSError as exc:
+                failure = exc
+            if not retry.wait():
+                raise failure
+
+    def _find_coordinator(self, group: str) -> dict[str, Any]:
+        conn = self.any_broker()
+        res = conn.request(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0, "coordinator_keys": [group]})
+        return res["coordinators"][0] if conn.versions.get(ApiKey.FIND_COORDINATOR, 0) >= 4 else res
+
+    def _group_request(self, group: str, api: int, body: dict[str, Any],
+                       code_of: Callable[[dict[str, Any]], int]) -> dict[str, Any]:
+        """One request to `group`'s coordinator; on NOT_COORDINATOR (and kin) or a failed connection the
+        coordinator is looked up again and the request retried, until retry_timeout_s."""
+        retry = _Retry(self)
+        while True:
+            node = -1
+            try:
+                conn = self.coordinator(group)
+                node = conn.node_id
+                res = conn.request(api, body)
+                code = code_of(res)
+                if code not in COORDINATOR_RETRY:
+                    return res
+                if code in COORDINATOR_MOVED:
+                    self._coordinators.pop(group, None)
+                failure: Exception = KafkaClientError(code, f"{_api_name(api)} of group {group}")
+            except OSError as exc:
+                self._coordinators.pop(group, None)
+                self.drop(node)
+                failure = exc
+            if not retry.wait():
+                raise failure
+
+    # --- admin ----------------------------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
                      configs: dict[str, str] | None = None) -> dict[str, Any]:
@@ -266,14 +656,18 @@ class KafkaClient:
             raise KafkaClientError(res["error_code"], res.get("error_message") or topic)
 
     def delete_records(self, offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], dict[str, Any]]:
-        """DeleteRecords before each partition's offset (-1: the high watermark); each answer as given."""
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for (topic, partition), offset in offsets.items():
-            topics.setdefault(topic, []).append({"partition_index": partition, "offset": offset})
-        body = {"topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
-                "timeout_ms": int(self.timeout_s * 1000)}
-        res = self.request(ApiKey.DELETE_RECORDS, body)
-        return {(t["name"], p["partition_index"]): p for t in res["topics"] for p in t["partitions"]}
+        """DeleteRecords before each partition's offset (-1: the high watermark), at each partition's
+        leader; each answer as given."""
+        def build(part: dict[TopicPartition, Any], _v: int) -> dict[str, Any]:
+            topics: dict[str, list[dict[str, Any]]] = {}
+            for (topic, partition), offset in part.items():
+                topics.setdefault(topic, []).append({"partition_index": partition, "offset": offset})
+            return {"topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                    "timeout_ms": int(self.timeout_s * 1000)}
+
+        return self._routed("DeleteRecords", offsets, ApiKey.DELETE_RECORDS, build,
+                            lambda res: (((t["name"], p["partition_index"]), p)
+                                         for t in res["topics"] for p in t["partitions"]))
 
     def partition_count(self, topic: str, auto_create: bool = False, wait_s: float = 5.0) -> int:
         """How many partitions `topic` has; with `auto_create`, asks the broker to create it if it may
@@ -292,21 +686,19 @@ class KafkaClient:
 
     def find_coordinator(self, group: str) -> tuple[str, int]:
         """host, port of `group`'s coordinator."""
-        v = self.versions.get(ApiKey.FIND_COORDINATOR, 0)
-        res = self.request(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0, "coordinator_keys": [group]})
-        if v >= 4:
-            res = res["coordinators"][0]
-        if res["error_code"]:
-            raise KafkaClientError(res["error_code"], res.get("error_message") or f"coordinator of {group}")
-        return res["host"], res["port"]
+        conn = self.coordinator(group)
+        return conn.host, conn.port
 
     def offset_fetch(self, group: str, partitions: Mapping[str, Sequence[int]] | None = None
                      ) -> dict[tuple[str, int], int]:
         """Committed offsets of `group` (every partition it has one for when `partitions` is None)."""
         topics = None if partitions is None else [{"name": t, "partition_indexes": list(ps)}
                                                    for t, ps in partitions.items()]
-        res = self.request(ApiKey.OFFSET_FETCH, {"group_id": group, "topics": topics, "require_stable": False,
-                                                 "groups": [{"group_id": group, "topics": topics}]})
+        res = self._group_request(group, ApiKey.OFFSET_FETCH,
+                                  {"group_id": group, "topics": topics, "require_stable": False,
+                                   "groups": [{"group_id": group, "topics": topics}]},
+                                  lambda r: r["groups"][0].get("error_code", 0) if "groups" in r
+                                  else r.get("error_code", 0))
         if "groups" in res:
             g = res["groups"][0]
             code, got = g.get("error_code", 0), g.get("topics", [])
@@ -332,19 +724,25 @@ class KafkaClient:
                                                  "committed_metadata": ""})
         body = {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member_id,
                 "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
-        res = self.request(ApiKey.OFFSET_COMMIT, body)
+        res = self._group_request(group, ApiKey.OFFSET_COMMIT, body, _first_partition_code)
         return {(t["name"], p["partition_index"]): p["error_code"] for t in res["topics"] for p in t["partitions"]}
 
     def describe_group(self, group: str) -> dict[str, Any]:
-        g = self.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group], "include_authorized_operations": False})
-        g = g["groups"][0]
+        g = self._group_request(group, ApiKey.DESCRIBE_GROUPS,
+                                {"groups": [group], "include_authorized_operations": False},
+                                lambda r: r["groups"][0]["error_code"])["groups"][0]
         if g["error_code"]:
             raise KafkaClientError(g["error_code"], group)
         return g
 
     def delete_groups(self, groups: Sequence[str]) -> dict[str, int]:
-        res = self.request(ApiKey.DELETE_GROUPS, {"groups_names": list(groups)})
-        return {r["group_id"]: r["error_code"] for r in res["results"]}
+        """DeleteGroups, each group at its coordinator: error code per group (0 = deleted)."""
+        out = {}
+        for group in groups:
+            res = self._group_request(group, ApiKey.DELETE_GROUPS, {"groups_names": [group]},
+                                      lambda r: r["results"][0]["error_code"])
+            out.update({r["group_id"]: r["error_code"] for r in res["results"]})
+        return out
 
     # --- log dirs -------------------------------------------------------------------------------
 
@@ -361,47 +759,71 @@ class KafkaClient:
 
     def produce_many(self, batches: Mapping[tuple[str, int], bytes], acks: int = -1
                      ) -> dict[tuple[str, int], dict[str, Any]]:
-        """One Produce request carrying a batch per partition; each partition's answer as the broker gave it."""
-        body = produce_request({tp: [b] for tp, b in batches.items()}, acks=acks,
-                               timeout_ms=int(self.timeout_s * 1000))
-        if acks == 0:
-            self.request(ApiKey.PRODUCE, body, expect_response=False)
-            return {}
-        res = self.request(ApiKey.PRODUCE, body)
-        return {(t["name"], p["index"]): p for t in res["responses"] for p in t["partition_responses"]}
+        """A batch per partition, each sent to its partition's leader (one Produce per leader); each
+        partition's answer as the broker gave it. Retries what was certainly not written (see
+        PRODUCE_RETRY); raises ProduceOutcomeUnknown when an answer was lost (see the module doc)."""
+        timeout_ms = int(self.timeout_s * 1000)
+
+        def build(part: dict[TopicPartition, Any], _v: int) -> dict[str, Any]:
+            return produce_request({tp: [b] for tp, b in part.items()}, acks=acks, timeout_ms=timeout_ms)
+
+        res = self._routed("Produce", batches, ApiKey.PRODUCE, build,
+                           lambda r: (((t["name"], p["index"]), p) for t in r["responses"]
+                                      for p in t["partition_responses"]),
+                           retry=PRODUCE_RETRY, produce=True, expect_response=acks != 0)
+        return {} if acks == 0 else res
 
     def fetch_many(self, positions: Mapping[tuple[str, int], int], partition_max_bytes: int = 1 << 20,
-                   max_wait_ms: int = 500) -> dict[tuple[str, int], tuple[dict[str, Any], bytes]]:
-        """One Fetch for many partitions: (partition answer, its record bytes) per partition."""
-        body = fetch_request([(t, p, off, partition_max_bytes) for (t, p), off in positions.items()],
-                             max_bytes=max(partition_max_bytes * len(positions), 1 << 20), max_wait_ms=max_wait_ms)
-        res = self.request(ApiKey.FETCH, body)
-        return {(t["topic"], p["partition_index"]): (p, bytes(p.get("records") or b""))
-                for t in res["responses"] for p in t["partitions"]}
+                   max_wait_ms: int = 500, isolation_level: int = READ_UNCOMMITTED
+                   ) -> dict[tuple[str, int], tuple[dict[str, Any], bytes]]:
+        """Fetch many partitions from their leaders (one Fetch per leader, with each partition's leader
+        epoch): (partition answer, its record bytes) per partition."""
+        def build(part: dict[TopicPartition, Any], _v: int) -> dict[str, Any]:
+            return fetch_request([(t, p, off, partition_max_bytes) for (t, p), off in part.items()],
+                                 max_bytes=max(partition_max_bytes * len(part), 1 << 20), max_wait_ms=max_wait_ms,
+                                 isolation_level=isolation_level, leader_epochs=self.leader_epochs(part))
 
+        res = self._routed("Fetch", positions, ApiKey.FETCH, build,
+                           lambda r: (((t["topic"], p["partition_index"]), p) for t in r["responses"]
+                                      for p in t["partitions"]))
+        return {tp: (p, bytes(p.get("records") or b"")) for tp, p in res.items()}
+
+    def leader_epochs(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """current_leader_epoch per partition, from Metadata (-1, no check, when it did not say)."""
+        return {tp: self.cluster.leader_epoch(tp) for tp in tps}
 
     def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> dict[str, Any]:
-        body = produce_request({(topic, partition): [batch]}, acks=acks, timeout_ms=int(self.timeout_s * 1000))
+        """One batch to the partition's leader; its answer. KafkaClientError for an error answer,
+        ProduceOutcomeUnknown when the outcome cannot be known (REQUEST_TIMED_OUT, lost connection)."""
+        res = self.produce_many({(topic, partition): batch}, acks=acks)
         if acks == 0:
-            self.request(ApiKey.PRODUCE, body, expect_response=False)
             return {}
-        res = self.request(ApiKey.PRODUCE, body)["responses"][0]["partition_responses"][0]
-        if res["error_code"]:
-            raise KafkaClientError(res["error_code"], res.get("error_message") or f"{topic}-{partition}")
-        return res
+        part = res[(topic, partition)]
+        code = part["error_code"]
+        if code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NETWORK_EXCEPTION):
+            raise ProduceOutcomeUnknown(code, f"{topic}-{partition}: {part.get('error_message') or 'no answer'}; "
+                                              "the records may or may not have been written")
+        if code:
+            raise KafkaClientError(code, part.get("error_message") or f"{topic}-{partition}")
+        return part
 
     def list_offsets(self, queries: Mapping[tuple[str, int], int], isolation_level: int = READ_UNCOMMITTED
                      ) -> dict[tuple[str, int], dict[str, Any]]:
-        """ListOffsets for many partitions at once: timestamp (-2 earliest, -1 latest, else the first
-        offset at or after it) per partition; each answer as the broker gave it, error code included."""
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for (topic, partition), ts in queries.items():
-            topics.setdefault(topic, []).append({"partition_index": partition, "timestamp": ts,
-                                                 "current_leader_epoch": -1})
-        body = {"replica_id": -1, "isolation_level": isolation_level,
-                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
-        res = self.request(ApiKey.LIST_OFFSETS, body)
-        return {(t["name"], p["partition_index"]): p for t in res["topics"] for p in t["partitions"]}
+        """ListOffsets for many partitions at once, each at its leader: timestamp (-2 earliest, -1 latest,
+        else the first offset at or after it) per partition; each answer as the broker gave it, error
+        code included."""
+        def build(part: dict[TopicPartition, Any], _v: int) -> dict[str, Any]:
+            topics: dict[str, list[dict[str, Any]]] = {}
+            for (topic, partition), ts in part.items():
+                topics.setdefault(topic, []).append({"partition_index": partition, "timestamp": ts,
+                                                     "current_leader_epoch": self.cluster.leader_epoch(
+                                                         (topic, partition))})
+            return {"replica_id": -1, "isolation_level": isolation_level,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+
+        return self._routed("ListOffsets", queries, ApiKey.LIST_OFFSETS, build,
+                            lambda r: (((t["name"], p["partition_index"]), p) for t in r["topics"]
+                                       for p in t["partitions"]))
 
     def list_offset(self, topic: str, partition: int, timestamp: int) -> int:
         res = self.list_offsets({(topic, partition): timestamp})[(topic, partition)]
@@ -411,13 +833,11 @@ class KafkaClient:
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20, max_wait_ms: int = 500,
               isolation_level: int = READ_UNCOMMITTED) -> tuple[dict[str, Any], bytes]:
-        body = fetch_request([(topic, partition, offset, max_bytes)], max_bytes=max_bytes, max_wait_ms=max_wait_ms,
-                             isolation_level=isolation_level)
-        res = self.request(ApiKey.FETCH, body)
-        part = res["responses"][0]["partitions"][0]
+        part, data = self.fetch_many({(topic, partition): offset}, partition_max_bytes=max_bytes,
+                                     max_wait_ms=max_wait_ms, isolation_level=isolation_level)[(topic, partition)]
         if part["error_code"]:
             raise KafkaClientError(part["error_code"], f"{topic}-{partition} at offset {offset}")
-        return part, bytes(part.get("records") or b"")
+        return part, data
 
     def consume(self, topic: str, partition: int, offset: int, *, until: int | None = None,
                 idle_timeout_s: float = 2.0) -> Iterator[tuple[int, RecordBatch]]:
@@ -441,3 +861,22 @@ class KafkaClient:
 
 def topics_of(metadata: dict[str, Any]) -> Iterable[dict[str, Any]]:
     return sorted((t for t in metadata.get("topics", []) if t.get("name")), key=lambda t: t["name"])
+
+
+def _names(tps: Iterable[TopicPartition]) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in sorted(tps))
+
+
+def _first_partition_code(res: dict[str, Any]) -> int:
+    """The error of an answer whose errors are per partition but alike for a coordinator problem."""
+    for t in res.get("topics", []):
+        for p in t.get("partitions", []):
+            return p.get("error_code", 0)
+    return res.get("error_code", 0)
+
+
+def _api_name(key: int) -> str:
+    try:
+        return ApiKey(key).name
+    except ValueError:
+        return f"API {key}"

@@ -16,8 +16,9 @@ from typing import Any
 
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import validate_topic_name
-from kafkalite.broker.replica_manager import MAX_PARTITIONS_PER_REQUEST, ReplicaManager, error_code_of
-from kafkalite.coordinator.coordinator import GROUP_API_KEYS
+from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
+from kafkalite.broker.topic_admin import MAX_PARTITIONS_PER_REQUEST, TopicAdmin
+from kafkalite.coordinator.coordinator import GROUP_API_KEYS, GroupCoordinator
 from kafkalite.errors import (
     InvalidConfigError,
     InvalidRequestError,
@@ -55,9 +56,11 @@ class CloseConnection(Exception):
 
 
 class KafkaApis:
-    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, coordinator: Any | None = None) -> None:
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, coordinator: GroupCoordinator | None = None,
+                 admin: TopicAdmin | None = None) -> None:
         self.config = config
         self.replicas = replicas
+        self.admin = admin if admin is not None else TopicAdmin(replicas)
         self.coordinator = coordinator
         self.node_id = config.node_id
         self._offsets_topic_ready = False
@@ -89,7 +92,7 @@ class KafkaApis:
 
     def advertised(self) -> dict[int, tuple[int, int]]:
         """Only what has a handler: clients pick features from this table (reference section 10)."""
-        return {k: SUPPORTED_VERSIONS[k] for k in sorted(self._handlers) if k in SUPPORTED_VERSIONS}
+        return {k: versions for k, versions in sorted(SUPPORTED_VERSIONS.items()) if k in self._handlers}
 
     def handles(self, api_key: int) -> bool:
         return api_key in self._handlers
@@ -161,7 +164,7 @@ class KafkaApis:
         if info is None and auto_create:
             try:
                 validate_topic_name(name)
-                info = self.replicas.create_topic(name, self.config.get("num.partitions"), {})
+                info = self.admin.create_topic(name, self.config.get("num.partitions"), {})
             except KafkaliteError as exc:
                 return {"error_code": error_code_of(exc), "name": name, "topic_id": uuid.UUID(int=0),
                         "is_internal": False, "partitions": []}
@@ -327,7 +330,7 @@ class KafkaApis:
             n = len(t.get("assignments") or []) or t.get("num_partitions", -1)
             total += self.config.get("num.partitions") if n == -1 else max(0, n)
         try:
-            self.replicas.check_new_partitions(total)
+            self.admin.check_new_partitions(total)
         except KafkaliteError as exc:
             return {"throttle_time_ms": 0, "topics": [
                 {"name": t["name"], "topic_id": uuid.UUID(int=0), "error_code": error_code_of(exc),
@@ -370,7 +373,7 @@ class KafkaApis:
                     results.append(res)
                     continue
                 configs = {c["name"]: c["value"] for c in t.get("configs", []) if c.get("value") is not None}
-                info = await self.replicas.create_topic_async(name, partitions, configs, validate_only, checked=True)
+                info = await self.admin.create_topic_async(name, partitions, configs, validate_only, checked=True)
                 res.update(topic_id=info.topic_id if not validate_only else uuid.UUID(int=0),
                            num_partitions=partitions, replication_factor=rf,
                            configs=[{k: c[k] for k in ("name", "value", "read_only", "config_source",
@@ -404,7 +407,7 @@ class KafkaApis:
                 name = info.name
                 res["name"] = name
             try:
-                info = self.replicas.delete_topic(name)
+                info = self.admin.delete_topic(name)
                 res["topic_id"] = info.topic_id
             except KafkaliteError as exc:
                 res.update(error_code=error_code_of(exc), error_message=str(exc))
@@ -430,7 +433,7 @@ class KafkaApis:
                     if list(a.get("broker_ids", [])) != [self.node_id]:
                         raise InvalidRequestError(f"replica assignment {a.get('broker_ids')} names brokers other "
                                                   f"than the only one, {self.node_id}")
-                await self.replicas.create_partitions_async(t["name"], t["count"], body.get("validate_only", False))
+                await self.admin.create_partitions_async(t["name"], t["count"], body.get("validate_only", False))
             except KafkaliteError as exc:
                 res.update(error_code=error_code_of(exc), error_message=str(exc))
             results.append(res)
@@ -492,7 +495,7 @@ class KafkaApis:
                         # a null value leaves the key at its default, as Kafka's legacy path does
                         op = OP_SET if c.get("value") is not None else OP_DELETE
                         configs = self._apply_config_op(configs, c["name"], op, c.get("value"))
-                    self.replicas.alter_topic_configs(rname, configs, validate_only)
+                    self.admin.alter_topic_configs(rname, configs, validate_only)
             except KafkaliteError as exc:
                 res.update(error_code=error_code_of(exc), error_message=str(exc))
             responses.append(res)
@@ -525,7 +528,7 @@ class KafkaApis:
                 configs = dict(info.configs)
                 for c in r.get("configs", []):
                     configs = self._apply_config_op(configs, c["name"], c["config_operation"], c.get("value"))
-                self.replicas.alter_topic_configs(rname, configs, validate_only)
+                self.admin.alter_topic_configs(rname, configs, validate_only)
             except KafkaliteError as exc:
                 res.update(error_code=error_code_of(exc), error_message=str(exc))
             responses.append(res)
@@ -618,8 +621,9 @@ class KafkaApis:
                         TRANSACTIONS_UNSUPPORTED)
         if key_type == 0 and not self._offsets_topic_ready:
             # Kafka creates __consumer_offsets on the first FindCoordinator for a group.
+            assert self.coordinator is not None  # this handler is registered only with a coordinator (__init__)
             self.coordinator.ensure_offsets_topic()
-            self.replicas.adopt_logs()
+            self.admin.adopt_logs()
             self._offsets_topic_ready = True
         if h.api_version >= 4:
             return {"throttle_time_ms": 0,
@@ -638,5 +642,6 @@ class KafkaApis:
                 "member_id": None, "member_epoch": -1, "heartbeat_interval_ms": 0, "assignment": None}
 
     async def group_request(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
+        assert self.coordinator is not None  # this handler is registered only with a coordinator (__init__)
         return await self.coordinator.handle(h.api_key, h.api_version, body, h.client_id, host)
 

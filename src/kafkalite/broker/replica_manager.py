@@ -1,14 +1,19 @@
-"""Partitions as the broker serves them (Kafka's ReplicaManager + Partition, for one broker).
+"""Partitions as the broker serves them (Kafka's ReplicaManager).
 
-The request handlers speak in topic names and partition numbers; this layer turns them into Log calls and
-Kafka's per-partition outcomes (offsets, watermarks, error codes). With one broker the in-sync replica set
-is the broker itself, so the high watermark follows the log end offset after every append (Kafka's
-maybeIncrementLeaderHW with ISR = {leader}); acks=all therefore completes with the local append. The
-replication layer will replace exactly these decisions.
+The request handlers speak in topic names and partition numbers; this layer finds the `Partition`
+(broker/partition.py, which owns the role, the leader epoch and the commit rule) and turns its outcomes
+into Kafka's per-partition response entries (offsets, watermarks, error codes). Every append, a client's
+produce or the group coordinator's write to `__consumer_offsets`, goes through `append_records`, so
+leadership checks, the commit rule and the wake-ups of parked fetches apply alike. Topic administration
+lives in broker/topic_admin.py.
+
+In single-broker mode (`leads_all_local_logs`) this broker is the only replica and leader of every
+partition it holds, so the high watermark follows the log end after every append and acks=all completes
+with the local append. The cluster's LeaderAndIsr replaces exactly that through Partition.make_leader /
+make_follower.
 
 Everything here runs on the broker's event loop; Log calls are short (page-cache writes and index
-lookups), as in Kafka's request handler threads. The exception is creating partitions (a few ms each, so
-thousands would stall every client): that runs in chunks on a worker thread.
+lookups), as in Kafka's request handler threads.
 """
 
 from __future__ import annotations
@@ -18,43 +23,31 @@ import contextlib
 import logging
 import os
 import time
-import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from kafkalite.broker.config import BrokerConfig
-from kafkalite.broker.metadata import INTERNAL_TOPICS, MetadataStore, TopicInfo, write_partition_topic_id
+from kafkalite.broker.metadata import INTERNAL_TOPICS, MetadataStore
+from kafkalite.broker.partition import Partition, PartitionRead
 from kafkalite.broker.purgatory import Purgatory
 from kafkalite.errors import (
-    FencedLeaderEpochError,
-    InvalidConfigError,
-    InvalidPartitionsError,
     InvalidRecordError,
     InvalidTopicError,
     KafkaliteError,
     KafkaStorageError,
+    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
-    PolicyViolationError,
-    TopicAlreadyExistsError,
-    UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
-from kafkalite.manager.log_manager import (
-    FDS_PER_PARTITION,
-    LogManager,
-    descriptor_advice,
-    is_descriptor_exhaustion,
-    open_descriptors,
-)
+from kafkalite.manager.log_manager import LogManager, descriptor_advice, is_descriptor_exhaustion
 from kafkalite.protocol import FileRegion
 from kafkalite.records.batch import iter_batches
 from kafkalite.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from kafkalite.storage.file_records import FileSlice
-from kafkalite.storage.log import FetchIsolation, Log
-from kafkalite.storage.log_config import LogConfig
+from kafkalite.storage.log import FetchIsolation, Log, LogAppendInfo
 from kafkalite.storage.producer_state import AppendOrigin
+
+__all__ = ["PartitionRead", "ReplicaManager", "error_code_of"]
 
 log = logging.getLogger("kafkalite.broker")
 
@@ -64,36 +57,10 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 UNKNOWN_ERROR = -1
-# Kafka refuses a CreateTopics/CreatePartitions that would create more than this many partitions
-# (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH, POLICY_VIOLATION): one request must not be able to
-# monopolise the broker.
-MAX_PARTITIONS_PER_REQUEST = 10_000
-CREATE_CHUNK = 100  # partitions per step of a creation, between which a deletion of the topic is seen
-CREATE_THREADS = 4  # threads creating one chunk: a new log is mostly fsync waits, which overlap
-DESCRIPTOR_HEADROOM = 128  # descriptors kept free for connections, segment rolls and checkpoint files
 
 
 def error_code_of(exc: BaseException) -> int:
     return exc.error_code if isinstance(exc, KafkaliteError) else UNKNOWN_ERROR
-
-
-@dataclass(slots=True)
-class PartitionRead:
-    """One partition's part of a fetch, before it becomes a response entry."""
-
-    topic: str
-    partition: int
-    error: int = 0
-    high_watermark: int = -1
-    last_stable_offset: int = -1
-    log_start_offset: int = -1
-    records: FileSlice | bytes = b""
-    aborted: list[dict[str, int]] | None = None
-    diverging: tuple[int, int] | None = None
-
-    @property
-    def size(self) -> int:
-        return len(self.records)
 
 
 def _check_one_batch(records: bytes | memoryview | None) -> bytes | memoryview:
@@ -112,6 +79,8 @@ def _check_one_batch(records: bytes | memoryview | None) -> bytes | memoryview:
 
 
 class ReplicaManager:
+    """The broker's partitions by (topic, partition), and the request paths through them."""
+
     def __init__(self, config: BrokerConfig, logs: LogManager, metadata: MetadataStore) -> None:
         self.config = config
         self.logs = logs
@@ -119,217 +88,33 @@ class ReplicaManager:
         self.node_id = config.node_id
         self.purgatory = Purgatory()
         self.append_listeners: list[Callable[[str, int], None]] = []
-        self._creating: set[str] = set()  # topics whose partitions a CreateTopics/CreatePartitions is making
-        self._reserved_partitions = 0  # partitions those requests will still open files for
-        self._creator: ThreadPoolExecutor | None = None
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        # Single-broker mode: this broker leads every partition it holds a log for, including logs made
+        # directly on the LogManager (the coordinator's `__consumer_offsets`). A cluster turns this off and
+        # sets roles with make_leader / make_follower from LeaderAndIsr.
+        self.leads_all_local_logs = True
 
-    # --- partitions and topics --------------------------------------------------------------------
+    # --- partitions -------------------------------------------------------------------------------
 
     def startup(self) -> None:
-        """Adopt partition dirs unknown to the metadata, create missing ones, and lead every partition."""
-        self.adopt_logs()
-        for info in list(self.metadata.topics.values()):
-            self._ensure_partitions(info)
+        """Single-broker mode: lead every local partition (call after TopicAdmin.startup made them)."""
         for lg in self.logs.all_logs():
-            self._become_leader(lg)
+            self.lead_locally(lg)
 
-    def adopt_logs(self) -> None:
-        """Register logs the metadata doesn't know: dirs from another writer at start-up, or partitions
-        created directly on the LogManager (the group coordinator's `__consumer_offsets`)."""
-        on_disk: dict[str, list[tuple[int, Any]]] = {}
-        for lg in self.logs.all_logs():
-            on_disk.setdefault(lg.topic, []).append((lg.partition, lg.dir))
-        for name in self.metadata.adopt(on_disk):
-            info = self.metadata.topics[name]
-            log.info("Registered topic %s found in the data directory (%d partitions)", name, info.partitions)
-            for _p, path in on_disk[name]:
-                write_partition_topic_id(path, info.topic_id)
+    def lead_locally(self, lg: Log) -> Partition:
+        """Make this broker the only replica and leader of `lg`'s partition, at the epoch the log last
+        recorded (0 for a new one): what a single broker is for every partition it holds. Safe from the
+        partition-creation worker threads (one dict store)."""
+        part = Partition.led_alone(lg, self.node_id)
+        self.partitions[(lg.topic, lg.partition)] = part
+        return part
 
-    def _become_leader(self, lg: Log) -> None:
-        # The only replica is in sync with itself: everything written is committed (Kafka's
-        # maybeIncrementLeaderHW over an ISR of one).
-        lg.update_high_watermark(lg.log_end_offset)
-
-    def _ensure_partitions(self, info: TopicInfo, partitions: range | None = None) -> None:
-        """Create what is missing of `partitions` (all by default); at start-up this finishes a creation
-        that a crash cut off, since the metadata is always written before the partition dirs."""
-        overrides = info.configs or None
-        for p in partitions if partitions is not None else range(info.partitions):
-            try:
-                if self.logs.get_log(info.name, p) is None and not self.logs.is_offline(info.name, p):
-                    created = self.logs.get_or_create_log(info.name, p, overrides)
-                    self._become_leader(created)
-                lg = self.logs.get_log(info.name, p)
-                if lg is not None:
-                    write_partition_topic_id(lg.dir, info.topic_id)
-            except OSError as exc:
-                raise self._io_failed(info.name, p, exc) from exc
-
-    def check_new_partitions(self, count: int) -> None:
-        """Refuse, before anything is written, a request that would create more partitions than Kafka allows
-        in one request or than the broker's open-file limit can keep open (POLICY_VIOLATION)."""
-        if count > MAX_PARTITIONS_PER_REQUEST:
-            raise PolicyViolationError(f"Excessively large number of partitions per request: {count} requested, "
-                                       f"at most {MAX_PARTITIONS_PER_REQUEST} may be created by one request "
-                                       "(Kafka's limit); split it into several requests")
-        used, limit = open_descriptors()
-        need = (self._reserved_partitions + count) * FDS_PER_PARTITION
-        if used + need + DESCRIPTOR_HEADROOM > limit:
-            pending = self._reserved_partitions
-            also = f"; {pending} partitions of other requests are still being created" if pending else ""
-            raise PolicyViolationError(
-                f"Creating {count} partitions needs about {count * FDS_PER_PARTITION} more open files, but the "
-                f"broker has {used} open of its limit of {limit} (RLIMIT_NOFILE; {DESCRIPTOR_HEADROOM} are kept "
-                f"for connections{also}): "
-                "raise the broker's open file limit (ulimit -n, or LimitNOFILE= for systemd) and restart it, "
-                "or create fewer partitions")
-
-    def validate_topic_configs(self, configs: dict[str, str]) -> LogConfig:
-        try:
-            return LogConfig.from_props(configs, self.logs.default_config)
-        except InvalidConfigError:
-            raise
-        except (ValueError, TypeError) as exc:
-            raise InvalidConfigError(str(exc)) from None
-
-    def _check_new_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
-        if name in self.metadata.topics:
-            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
-        if name in self._creating:
-            raise TopicAlreadyExistsError(f"Topic '{name}' is still being created or removed; retry later.")
-        self.metadata.check_new_name(name)
-        if partitions <= 0:
-            raise InvalidPartitionsError("Number of partitions must be larger than 0.")
-        self.validate_topic_configs(configs)
-
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str], validate_only: bool = False
-                     ) -> TopicInfo:
-        """Create a topic on the calling thread: for the few partitions of auto-creation; CreateTopics uses
-        `create_topic_async`, which keeps the event loop serving while thousands are made."""
-        self._check_new_topic(name, partitions, configs)
-        self.check_new_partitions(partitions)
-        if validate_only:
-            return TopicInfo(name, uuid.uuid4(), partitions, configs)
-        info = self.metadata.add(name, partitions, configs)
-        if configs:
-            self.logs.update_topic_config(name, configs)
-        try:
-            self._ensure_partitions(info)
-        except KafkaliteError:
-            self._undo_new_partitions(info, range(partitions), drop_topic=True)
-            raise
-        log.info("Created topic %s with %d partition(s)%s", name, partitions,
-                 f" and configs {configs}" if configs else "")
-        return info
-
-    async def create_topic_async(self, name: str, partitions: int, configs: dict[str, str],
-                                 validate_only: bool = False, *, checked: bool = False) -> TopicInfo:
-        """CreateTopics: metadata first (so a crash is finished at the next start), then the partition dirs
-        in chunks on a worker thread; a failure removes what was made. `checked`: the caller already ran
-        check_new_partitions for the whole request."""
-        self._check_new_topic(name, partitions, configs)
-        if not checked:
-            self.check_new_partitions(partitions)
-        if validate_only:
-            return TopicInfo(name, uuid.uuid4(), partitions, configs)
-        info = self.metadata.add(name, partitions, configs)
-        if configs:
-            self.logs.update_topic_config(name, configs)
-        started = time.perf_counter()
-        await self._create_in_chunks(info, range(partitions), drop_topic=True)
-        log.info("Created topic %s with %d partition(s)%s in %.0f ms", name, partitions,
-                 f" and configs {configs}" if configs else "", (time.perf_counter() - started) * 1000)
-        return info
-
-    async def _create_in_chunks(self, info: TopicInfo, partitions: range, *, drop_topic: bool) -> None:
-        """Chunks of CREATE_CHUNK partitions, each split over CREATE_THREADS worker threads: a new log
-        costs a few fsyncs, which overlap across threads while the event loop keeps serving."""
-        loop = asyncio.get_running_loop()
-        if self._creator is None:
-            self._creator = ThreadPoolExecutor(CREATE_THREADS, thread_name_prefix="partition-creation")
-        self._creating.add(info.name)
-        self._reserved_partitions += len(partitions)
-        try:
-            for lo in range(partitions.start, partitions.stop, CREATE_CHUNK):
-                chunk = range(lo, min(lo + CREATE_CHUNK, partitions.stop))
-                if self.metadata.get(info.name) is not info:
-                    raise UnknownTopicOrPartitionError(f"Topic '{info.name}' was deleted while its partitions "
-                                                       "were being created")
-                parts = [chunk[i::CREATE_THREADS] for i in range(CREATE_THREADS) if chunk[i::CREATE_THREADS]]
-                outcomes = await asyncio.gather(
-                    *(loop.run_in_executor(self._creator, self._ensure_partitions, info, part) for part in parts),
-                    return_exceptions=True)
-                failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
-                if failed is not None:
-                    self._undo_new_partitions(info, partitions, drop_topic=drop_topic)
-                    raise failed
-                if self.metadata.get(info.name) is not info:  # deleted meanwhile: drop what this chunk made
-                    for p in chunk:
-                        self.logs.delete_log(info.name, p)
-                    raise UnknownTopicOrPartitionError(f"Topic '{info.name}' was deleted while its partitions "
-                                                       "were being created")
-        finally:
-            self._creating.discard(info.name)
-            self._reserved_partitions -= len(partitions)
-
-    def _undo_new_partitions(self, info: TopicInfo, partitions: range, *, drop_topic: bool) -> None:
-        """A creation failed part-way: remove its partitions (and the topic, when it was new) so the topic
-        is as before the request; logged, since a second failure here leaves it for the next start-up."""
-        try:
-            if self.metadata.get(info.name) is info:
-                if drop_topic:
-                    self.metadata.remove(info.name)
-                else:
-                    self.metadata.set_partitions(info.name, partitions.start)
-            for p in partitions:
-                self.logs.delete_log(info.name, p)
-                self.purgatory.wake((info.name, p))
-            log.warning("Removed the partitions %d..%d of %s after its creation failed", partitions.start,
-                        partitions.stop - 1, info.name)
-        except (OSError, KafkaliteError) as exc:
-            log.error("Could not remove the partly created partitions of %s (%s); the next start-up completes "
-                      "them", info.name, exc)
-
-    async def create_partitions_async(self, name: str, count: int, validate_only: bool = False) -> None:
-        info = self.metadata.get(name)
-        if info is None:
-            raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
-        if name in self._creating:
-            raise InvalidPartitionsError(f"Topic '{name}' is still being created; retry later.")
-        if count <= info.partitions:
-            raise InvalidPartitionsError(f"Topic currently has {info.partitions} partitions, which is higher than "
-                                         f"or equal to the requested {count}.")
-        old = info.partitions
-        self.check_new_partitions(count - old)
-        if validate_only:
-            return
-        self.metadata.set_partitions(name, count)
-        await self._create_in_chunks(info, range(old, count), drop_topic=False)
-        log.info("Increased the partitions of %s from %d to %d", name, old, count)
-
-    def delete_topic(self, name: str) -> TopicInfo:
-        info = self.metadata.get(name)
-        if info is None:
-            raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
-        if info.internal:
-            raise InvalidTopicError(f"Topic {name} is an internal topic and cannot be deleted")
-        self.metadata.remove(name)
-        for p in range(info.partitions):
-            self.logs.delete_log(name, p)
-            self.purgatory.wake((name, p))
-        log.info("Deleted topic %s; its partition dirs are renamed *-delete and removed after "
-                 "log.segment.delete.delay.ms", name)
-        return info
-
-    def alter_topic_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> None:
-        if name not in self.metadata.topics:
-            raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
-        self.validate_topic_configs(configs)
-        if validate_only:
-            return
-        self.metadata.set_configs(name, configs)
-        self.logs.update_topic_config(name, configs)
-        log.info("Updated the configs of topic %s: %s", name, configs or "(all defaults)")
+    def remove_partition(self, topic: str, partition: int) -> None:
+        """Forget a partition and delete its log (topic deletion, a failed creation); fetches parked on it
+        wake and see it gone."""
+        self.partitions.pop((topic, partition), None)
+        self.logs.delete_log(topic, partition)
+        self.purgatory.wake((topic, partition))
 
     def get_log(self, topic: str, partition: int) -> Log:
         lg = self.logs.get_log(topic, partition)
@@ -343,22 +128,30 @@ class ReplicaManager:
             raise KafkaStorageError(f"the log dir of {topic}-{partition} is offline")
         raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {topic}-{partition}")
 
-    @staticmethod
-    def leader_epoch(lg: Log) -> int:
-        epoch = lg.latest_epoch
-        return 0 if epoch is None or epoch < 0 else epoch
+    def get_partition(self, topic: str, partition: int) -> Partition:
+        """The partition with its current log; UNKNOWN_TOPIC_OR_PARTITION or KAFKA_STORAGE_ERROR when there
+        is none. A log reopened by the LogManager (descriptor pressure) is a new object: rebound here."""
+        lg = self.get_log(topic, partition)
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            if not self.leads_all_local_logs:
+                raise NotLeaderOrFollowerError(f"broker {self.node_id} has no state for {topic}-{partition} "
+                                               "yet (no LeaderAndIsr received)")
+            return self.lead_locally(lg)
+        if part.log is not lg:
+            part.log = lg
+        return part
 
-    def check_leader_epoch(self, lg: Log, current_leader_epoch: int) -> None:
-        """Kafka's fencing of stale or future leader epochs a client saw in Metadata (-1 = don't check)."""
-        if current_leader_epoch < 0:
-            return
-        ours = self.leader_epoch(lg)
-        if current_leader_epoch < ours:
-            raise FencedLeaderEpochError(f"leader epoch {current_leader_epoch} is older than {ours}")
-        if current_leader_epoch > ours:
-            raise UnknownLeaderEpochError(f"leader epoch {current_leader_epoch} is newer than {ours}")
+    def leader_epoch(self, lg: Log) -> int:
+        """The partition epoch of `lg`'s partition, for Metadata (-1 when this broker has no state for it).
+        In single-broker mode a log made directly on the LogManager is led from here on, so Metadata and
+        the request paths agree on its epoch."""
+        part = self.partitions.get((lg.topic, lg.partition))
+        if part is None and self.leads_all_local_logs:
+            part = self.lead_locally(lg)
+        return part.leader_epoch if part is not None else -1
 
-    def _io_failed(self, topic: str, partition: int, exc: OSError) -> KafkaStorageError:
+    def io_failed(self, topic: str, partition: int, exc: OSError) -> KafkaStorageError:
         self.logs.handle_log_dir_failure(topic, partition, exc)  # not for descriptor exhaustion: see there
         self.purgatory.wake((topic, partition))
         if is_descriptor_exhaustion(exc):
@@ -366,6 +159,27 @@ class ReplicaManager:
         return KafkaStorageError(f"I/O error on {topic}-{partition}: {exc}")
 
     # --- produce ----------------------------------------------------------------------------------
+
+    def append_records(self, topic: str, partition: int, batch: bytes | bytearray | memoryview, *,
+                       origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
+        """The one append path, for produce and the group coordinator alike: leadership, the leader epoch,
+        the commit rule, then wake-ups of parked fetches and append listeners. Raises KafkaliteError
+        (an I/O failure as KAFKA_STORAGE_ERROR, after taking the log dir offline)."""
+        return self._append_to(self.get_partition(topic, partition), batch, origin)
+
+    def _append_to(self, part: Partition, batch: bytes | bytearray | memoryview, origin: AppendOrigin
+                   ) -> LogAppendInfo:
+        tp = (part.topic, part.partition)
+        try:
+            info, _hw_moved = part.append_records_to_leader(batch, origin)
+        except OSError as exc:
+            raise self.io_failed(part.topic, part.partition, exc) from exc
+        if not info.duplicate:
+            # Woken on every append, not only when the HW moves: a replica fetch reads to the log end.
+            self.purgatory.wake(tp)
+            for listener in self.append_listeners:
+                listener(*tp)
+        return info
 
     def append(self, topic: str, partition: int, records: bytes | memoryview | None, *,
                internal_allowed: bool = False, origin: AppendOrigin = AppendOrigin.CLIENT) -> dict[str, Any]:
@@ -375,19 +189,11 @@ class ReplicaManager:
         try:
             if topic in INTERNAL_TOPICS and not internal_allowed:
                 raise InvalidTopicError(f"Cannot append to internal topic {topic}")
-            lg = self.get_log(topic, partition)
+            part = self.get_partition(topic, partition)
             batch = _check_one_batch(records)
-            try:
-                info = lg.append_as_leader(batch, self.leader_epoch(lg), origin)
-            except OSError as exc:
-                raise self._io_failed(topic, partition, exc) from exc
-            if not info.duplicate:
-                lg.update_high_watermark(lg.log_end_offset)
-                self.purgatory.wake((topic, partition))
-                for listener in self.append_listeners:
-                    listener(topic, partition)
+            info = self._append_to(part, batch, origin)
             out.update(base_offset=info.first_offset, log_append_time_ms=info.log_append_time,
-                       log_start_offset=lg.log_start_offset)
+                       log_start_offset=part.log.log_start_offset)
         except KafkaliteError as exc:
             out["error_code"] = error_code_of(exc)
             out["error_message"] = str(exc)
@@ -402,31 +208,15 @@ class ReplicaManager:
     def read_partition(self, topic: str, partition: int, fetch_offset: int, max_bytes: int, *,
                        isolation: FetchIsolation, min_one_message: bool, current_leader_epoch: int = -1,
                        last_fetched_epoch: int = -1) -> PartitionRead:
-        r = PartitionRead(topic, partition)
         try:
-            lg = self.get_log(topic, partition)
-            self.check_leader_epoch(lg, current_leader_epoch)
-            r.high_watermark = lg.high_watermark
-            r.last_stable_offset = lg.last_stable_offset
-            r.log_start_offset = lg.log_start_offset
-            if last_fetched_epoch >= 0:
-                epoch, end = lg.leader_epoch_cache.end_offset_for(last_fetched_epoch, lg.log_end_offset)
-                if epoch != last_fetched_epoch or end < fetch_offset:
-                    r.diverging = (epoch, end)
-                    return r
+            part = self.get_partition(topic, partition)
             try:
-                info = lg.read(fetch_offset, max_bytes, isolation, min_one_message)
+                return part.read(fetch_offset, max_bytes, isolation=isolation, min_one_message=min_one_message,
+                                 current_leader_epoch=current_leader_epoch, last_fetched_epoch=last_fetched_epoch)
             except OSError as exc:
-                raise self._io_failed(topic, partition, exc) from exc
-            r.records = info.records
-            if isolation is FetchIsolation.TXN_COMMITTED:
-                r.aborted = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
-                             for a in info.aborted_transactions or []]
+                raise self.io_failed(topic, partition, exc) from exc
         except KafkaliteError as exc:
-            r.error = error_code_of(exc)
-            if not isinstance(exc, OffsetOutOfRangeError):
-                r.high_watermark = r.last_stable_offset = r.log_start_offset = -1
-        return r
+            return PartitionRead(topic, partition, error=error_code_of(exc))
 
     async def fetch(self, wanted: list[tuple[str, int, int, int, int, int]], *, max_wait_ms: int, min_bytes: int,
                     max_bytes: int, isolation: FetchIsolation) -> list[PartitionRead]:
@@ -478,8 +268,8 @@ class ReplicaManager:
         out: dict[str, Any] = {"partition_index": partition, "error_code": 0, "timestamp": -1, "offset": -1,
                                "leader_epoch": -1, "old_style_offsets": []}
         try:
-            lg = self.get_log(topic, partition)
-            self.check_leader_epoch(lg, current_leader_epoch)
+            part = self.get_partition(topic, partition)
+            lg = part.leader_log(current_leader_epoch)
             if isolation is None:  # a replica asks: up to the log end
                 last_fetchable = lg.log_end_offset
             elif isolation is FetchIsolation.TXN_COMMITTED:
@@ -488,7 +278,7 @@ class ReplicaManager:
                 last_fetchable = lg.high_watermark
             found: tuple[int, int, int] | None
             if timestamp == LATEST_TIMESTAMP:
-                found = (-1, last_fetchable, self.leader_epoch(lg))
+                found = (-1, last_fetchable, part.leader_epoch)
             elif timestamp == LATEST_TIERED_TIMESTAMP:
                 found = (-1, -1, -1)
             else:
@@ -507,7 +297,7 @@ class ReplicaManager:
         try:
             if topic in INTERNAL_TOPICS:
                 raise InvalidTopicError(f"Cannot delete records of internal topic {topic}")
-            lg = self.get_log(topic, partition)
+            lg = self.get_partition(topic, partition).leader_log()
             target = lg.high_watermark if offset == -1 else offset
             if target < 0 or target > lg.high_watermark:
                 raise OffsetOutOfRangeError(f"Cannot increment the log start offset to {target} of partition "
@@ -524,8 +314,7 @@ class ReplicaManager:
                              ) -> dict[str, Any]:
         out: dict[str, Any] = {"partition": partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
         try:
-            lg = self.get_log(topic, partition)
-            self.check_leader_epoch(lg, current_leader_epoch)
+            lg = self.get_partition(topic, partition).leader_log(current_leader_epoch)
             epoch, end = lg.leader_epoch_cache.end_offset_for(leader_epoch, lg.log_end_offset)
             out.update(leader_epoch=epoch, end_offset=end)
         except KafkaliteError as exc:

@@ -1,4 +1,5 @@
-"""The network side of the broker: asyncio listeners, Kafka framing, and zero-copy fetch responses.
+"""The network side of the broker: asyncio listeners, zero-copy fetch responses, and the bytes of each
+connection moved through a `protocol.connection.ServerConnection` (framing, decoding, what to refuse).
 
 Each connection handles one request at a time, in order (Kafka mutes a channel until its response is
 sent), so pipelined requests get their responses in sequence and a long-polling fetch holds up only its
@@ -22,22 +23,15 @@ from kafkalite.broker.apis import CloseConnection, KafkaApis
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import MetadataStore
 from kafkalite.broker.replica_manager import ReplicaManager
+from kafkalite.broker.topic_admin import TopicAdmin
 from kafkalite.cleaner.config import CleanerConfig
 from kafkalite.coordinator import GroupCoordinator
+from kafkalite.coordinator.config import OFFSETS_TOPIC
 from kafkalite.errors import KafkaliteError
 from kafkalite.manager.log_manager import LogManager
-from kafkalite.protocol import (
-    SUPPORTED_VERSIONS,
-    ApiKey,
-    ErrorCode,
-    FileRegion,
-    ProtocolDecodeError,
-    RequestHeader,
-    UnsupportedVersionError,
-    decode_request,
-    encode_response,
-    read_request_header,
-)
+from kafkalite.protocol import FileRegion
+from kafkalite.protocol.connection import InvalidReceiveError, RefusedRequest, Reply, ServerConnection
+from kafkalite.storage.producer_state import AppendOrigin
 
 log = logging.getLogger("kafkalite.broker")
 
@@ -50,6 +44,7 @@ class Broker:
         self.config = config
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
+        self.admin: TopicAdmin | None = None
         self.apis: KafkaApis | None = None
         self.coordinator: Any = None
         self.cluster: Any = None  # a ClusterNode when zookeeper.connect is set
@@ -84,6 +79,8 @@ class Broker:
             raise KafkaliteError(f"cannot open the data directory (log.dirs) {where}: {exc.strerror or exc}") \
                 from None
         self.replicas = ReplicaManager(cfg, self.logs, MetadataStore(self.logs.dirs[0].path))
+        self.admin = TopicAdmin(self.replicas)
+        self.admin.startup()
         self.replicas.startup()
         if any(li.port == 0 for li in cfg.advertised()):
             # Listening on an ephemeral port (tests): advertise the port the OS picked.
@@ -92,7 +89,7 @@ class Broker:
             cfg = self.config = BrokerConfig.load(None, {**cfg.props,
                                                          "advertised.listeners": f"{adv.name}://{adv.host}:{port}"})
         self.coordinator = await self._start_coordinator()
-        self.apis = KafkaApis(cfg, self.replicas, self.coordinator)
+        self.apis = KafkaApis(cfg, self.replicas, self.coordinator, self.admin)
         self.logs.startup()
         for server in self._servers:
             await server.start_serving()
@@ -126,7 +123,12 @@ class Broker:
     async def _start_coordinator(self) -> Any:
         replicas = self.replicas
         assert replicas is not None
-        coordinator = GroupCoordinator(self.logs, self.config,
+
+        def write_offsets(partition: int, batch: bytearray) -> int:  # the coordinator appends like a produce
+            info = replicas.append_records(OFFSETS_TOPIC, partition, batch, origin=AppendOrigin.COORDINATOR)
+            return info.first_offset
+
+        coordinator = GroupCoordinator(self.logs, self.config, writer=write_offsets,
                                        partition_exists=lambda t, p: replicas.logs.get_log(t, p) is not None)
         await coordinator.start()
         return coordinator
@@ -228,60 +230,45 @@ class Broker:
                 await writer.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
+        """Requests one at a time: read exactly what the connection object wants (a size prefix, then the
+        frame, which `feed` hands back as a view of what was read: no copy), answer, repeat."""
         assert self.apis is not None
         task = asyncio.current_task()
+        conn = ServerConnection(self.max_request_bytes, self.apis.handles)
         while True:
             self._last_active[task] = time.monotonic()  # type: ignore[index]
-            size_bytes = await reader.readexactly(4)
-            size = int.from_bytes(size_bytes, "big", signed=True)
-            if size <= 0 or size > self.max_request_bytes:
-                log.warning("Closing connection from %s: request size %d is outside 1..%d "
-                            "(socket.request.max.bytes)", host, size, self.max_request_bytes)
+            try:
+                frames = conn.feed(await reader.readexactly(conn.want()))
+            except InvalidReceiveError as exc:
+                log.warning("Closing connection from %s: %s (socket.request.max.bytes)", host, exc)
                 return
-            frame = await reader.readexactly(size)
-            response = await self._handle_frame(frame, host)
-            if response is None:
-                continue
-            if response is False:
-                return
-            await self._send(writer, response)
+            for frame in frames:
+                response = await self._handle_frame(conn, frame, host)
+                if response is None:
+                    continue
+                if response is False:
+                    return
+                await self._send(writer, response)
 
-    async def _handle_frame(self, frame: bytes, host: str) -> list[Any] | Literal[False] | None:
+    async def _handle_frame(self, conn: ServerConnection, frame: memoryview, host: str
+                            ) -> list[Any] | Literal[False] | None:
         """The response parts, None when there is nothing to send, False to close the connection."""
         assert self.apis is not None
         try:
-            header = read_request_header(frame)
-        except (ProtocolDecodeError, UnsupportedVersionError) as exc:
-            log.warning("Closing connection from %s: unreadable request header (%s)", host, exc)
-            return False
-        if not self.apis.handles(header.api_key):
-            log.warning("Closing connection from %s: API key %d is not supported (client %s)", host,
-                        header.api_key, header.client_id)
-            return False
-        lo, hi = SUPPORTED_VERSIONS[ApiKey(header.api_key)]  # a key `handles` knows is an ApiKey
-        if header.api_key == ApiKey.API_VERSIONS and not lo <= header.api_version <= hi:
-            # Kafka answers with a v0 body listing only its ApiVersions range, so the client retries lower.
-            fallback = RequestHeader(header.api_key, 0, header.correlation_id, header.client_id)
-            return encode_response(fallback, {"error_code": ErrorCode.UNSUPPORTED_VERSION,
-                                              "api_keys": [{"api_key": ApiKey.API_VERSIONS, "min_version": lo,
-                                                            "max_version": hi}]})
-        try:
-            header, body = decode_request(frame)
-        except UnsupportedVersionError as exc:
+            request = conn.decode(frame)
+        except RefusedRequest as exc:
             log.warning("Closing connection from %s: %s", host, exc)
             return False
-        except ProtocolDecodeError as exc:
-            log.warning("Closing connection from %s: malformed %s v%d request (%s)", host,
-                        _api_name(header.api_key), header.api_version, exc)
-            return False
+        if isinstance(request, Reply):
+            return request.parts
         try:
-            body_out = await self.apis.handle(header, body, host)
+            body_out = await self.apis.handle(request.header, request.body, host)
         except CloseConnection as exc:
             log.info("Closing connection from %s: %s", host, exc)
             return False
         if body_out is None:
             return None
-        return encode_response(header, body_out)
+        return conn.encode(request.header, body_out)
 
     async def _send(self, writer: asyncio.StreamWriter, parts: list[Any]) -> None:
         loop = asyncio.get_running_loop()
@@ -328,10 +315,3 @@ def _check_data_dirs(cfg: BrokerConfig) -> None:
                     what = "is" if p == d else f"is inside {p}, which is"
                     raise KafkaliteError(f"the data directory {d} (log.dirs) {what} not a directory")
                 break
-
-
-def _api_name(key: int) -> str:
-    try:
-        return ApiKey(key).name
-    except ValueError:
-        return f"API {key}"

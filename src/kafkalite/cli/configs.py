@@ -72,7 +72,9 @@ def _run(client: KafkaClient, args: Any) -> int:
     if args.alter:
         if not args.entity_name and not args.entity_default:
             raise UsageError("--alter needs --entity-name (or --entity-default for brokers)")
-        ops = [(k, OP_SET, v) for text in args.add_config for k, v in parse_add_config(text)]
+        ops: list[tuple[str, int, str | None]] = [
+            (k, OP_SET, v) for text in args.add_config for k, v in parse_add_config(text)
+        ]
         ops += [(k.strip(), OP_DELETE, None) for text in args.delete_config for k in text.split(",") if k.strip()]
         if not ops:
             raise UsageError("--alter needs --add-config or --delete-config")

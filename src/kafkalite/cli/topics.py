@@ -90,8 +90,8 @@ def _run(client: KafkaClient, args: Any) -> int:
             if t["error_code"]:
                 raise KafkaClientError(t["error_code"], t["name"])
             found = True
-            configs = [c for c in client.describe_topic_configs(t["name"]) if c.get("config_source") == 1]
-            cfg = ",".join(f"{c['name']}={c['value']}" for c in configs)
+            overrides = [c for c in client.describe_topic_configs(t["name"]) if c.get("config_source") == 1]
+            cfg = ",".join(f"{c['name']}={c['value']}" for c in overrides)
             print(f"Topic: {t['name']}\tTopicId: {_b64(t.get('topic_id'))}\tPartitionCount: {len(t['partitions'])}"
                   f"\tReplicationFactor: {len(t['partitions'][0]['replica_nodes']) if t['partitions'] else 0}"
                   f"\tConfigs: {cfg}")

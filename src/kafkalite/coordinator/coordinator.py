@@ -36,7 +36,7 @@ from kafkalite.coordinator.lag import Owner, PartitionLag, compute_lag
 from kafkalite.coordinator.loader import Replayer
 from kafkalite.coordinator.membership import GroupMembership, JoinRequest, SyncRequest, join_error, sync_response
 from kafkalite.coordinator.offsets import OffsetAndMetadata, OffsetStore
-from kafkalite.coordinator.offsets_topic import LoadedRecord, OffsetsTopic, TxnMarker
+from kafkalite.coordinator.offsets_topic import LoadedRecord, OffsetsTopic, OffsetsWriter, TxnMarker
 from kafkalite.coordinator.records import (
     NO_TIMESTAMP,
     GroupMetadataKey,
@@ -87,11 +87,14 @@ class GroupCoordinator:
         *,
         clock: Clock = SYSTEM_CLOCK,
         partition_exists: Callable[[str, int], bool] | None = None,
+        writer: OffsetsWriter | None = None,
     ) -> None:
         """`config` takes Kafka's broker property names (offsets.topic.num.partitions,
         group.initial.rebalance.delay.ms, ...), as a dict or an object with a `props` dict (the broker's
         BrokerConfig). `partition_exists` lets OffsetCommit answer UNKNOWN_TOPIC_OR_PARTITION as Kafka
-        does; without it every partition is accepted."""
+        does; without it every partition is accepted. `writer` appends the coordinator's batches (the
+        broker's: through its ReplicaManager, like a produce); without it this process leads
+        `__consumer_offsets` alone."""
         if not isinstance(log_manager, LogManager) and isinstance(getattr(log_manager, "logs", None), LogManager):
             log_manager = log_manager.logs  # the broker's ReplicaManager, which holds the LogManager
         if not isinstance(config, CoordinatorConfig):
@@ -100,7 +103,7 @@ class GroupCoordinator:
         self.config = config
         self.clock = clock
         self.partition_exists = partition_exists
-        self.topic = OffsetsTopic(log_manager, self.config, clock)
+        self.topic = OffsetsTopic(log_manager, self.config, clock, writer)
         self.offsets = OffsetStore()
         self.timer = KeyedTimer()
         self.membership = GroupMembership(self.config, clock, self.timer, self._persist)
@@ -313,7 +316,8 @@ class GroupCoordinator:
         elif not valid:
             error = Errors.NONE
         else:
-            generation = int(body.get("generation_id_or_member_epoch", body.get("generation_id", -1)))
+            field = "generation_id_or_member_epoch" if "generation_id_or_member_epoch" in body else "generation_id"
+            generation = int(body.get(field, -1))
             member_id = body.get("member_id") or ""
             instance_id = body.get("group_instance_id") if v >= 7 else None
             error = self._validate_commit(v, group_id, generation if v >= 1 else -1, member_id if v >= 1 else "",

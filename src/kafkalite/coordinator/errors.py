@@ -8,7 +8,14 @@ KafkaliteError like every other kafkalite error, so `error_code` means the same 
 
 from __future__ import annotations
 
-from kafkalite.errors import KafkaliteError, KafkaStorageError, RecordBatchTooLargeError, RecordTooLargeError
+from kafkalite.errors import (
+    KafkaliteError,
+    KafkaStorageError,
+    NotLeaderOrFollowerError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
 from kafkalite.protocol.error_codes import ErrorCode
 
 Errors = ErrorCode  # the protocol layer's table of Kafka's error codes, under the coordinator's old name
@@ -25,10 +32,13 @@ class CoordinatorError(KafkaliteError):
 
 def append_error(exc: BaseException) -> Errors:
     """What a failed append to `__consumer_offsets` becomes in a group response (Kafka maps storage
-    failures to NOT_COORDINATOR so clients look the coordinator up again, and size limits to a server
-    error, since no client action can fix them)."""
-    if isinstance(exc, KafkaStorageError | OSError):
+    failures and lost leadership to NOT_COORDINATOR so clients look the coordinator up again, a missing
+    partition to COORDINATOR_NOT_AVAILABLE, and size limits to a server error, since no client action can
+    fix them: GroupMetadataManager's appendForGroup)."""
+    if isinstance(exc, KafkaStorageError | OSError | NotLeaderOrFollowerError):
         return Errors.NOT_COORDINATOR
+    if isinstance(exc, UnknownTopicOrPartitionError):
+        return Errors.COORDINATOR_NOT_AVAILABLE
     if isinstance(exc, RecordTooLargeError | RecordBatchTooLargeError):
         return Errors.UNKNOWN_SERVER_ERROR
     if isinstance(exc, CoordinatorError):

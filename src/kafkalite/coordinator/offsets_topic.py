@@ -3,8 +3,13 @@
 Each group lives in one partition (`coordinator_key_partition`). A write is one record batch holding all
 the records of one operation (a commit of many partitions, a group deletion with all its offset
 tombstones), so it lands atomically, as Kafka's coordinator runtime writes it: magic 2, CreateTime =
-now, no producer id, compressed per `offsets.topic.compression.codec`. With one broker every appended
-offset is committed at once, so the high watermark follows the log end.
+now, no producer id, compressed per `offsets.topic.compression.codec`.
+
+The coordinator builds batches; it does not append them itself. A broker passes an `OffsetsWriter` that
+appends through its ReplicaManager like any produce (leadership check, leader epoch, commit rule, wake-ups
+of parked fetches), so the high watermark of `__consumer_offsets` moves by the same rule as every other
+topic's. Without one (coordinator tests, offline tools) the partitions are led by this process alone.
+Reading back (the load at start-up) never moves a watermark.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
+from kafkalite.broker.partition import Partition
 from kafkalite.clock import Clock
 from kafkalite.coordinator.config import OFFSETS_TOPIC, CoordinatorConfig, coordinator_key_partition
 from kafkalite.manager.log_manager import LogManager
@@ -47,11 +54,21 @@ class TxnMarker:
     commit: bool
 
 
+class OffsetsWriter(Protocol):
+    """Appends one batch to a `__consumer_offsets` partition as its leader and returns the batch's base
+    offset; raises KafkaliteError (NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR, ...) or OSError."""
+
+    def __call__(self, partition: int, batch: bytearray) -> int: ...
+
+
 class OffsetsTopic:
-    def __init__(self, log_manager: LogManager, config: CoordinatorConfig, clock: Clock) -> None:
+    def __init__(self, log_manager: LogManager, config: CoordinatorConfig, clock: Clock,
+                 writer: OffsetsWriter | None = None) -> None:
         self.log_manager = log_manager
         self.config = config
         self.clock = clock
+        self.writer: OffsetsWriter = writer if writer is not None else self._append_alone
+        self._alone: dict[int, Partition] = {}
         self.num_partitions = self._existing_partition_count() or config.offsets_topic_num_partitions
         if self.num_partitions != config.offsets_topic_num_partitions:
             # As Kafka: once the topic exists its partition count decides, or groups would move.
@@ -93,10 +110,15 @@ class OffsetsTopic:
             # The topic comes into being whole, as in Kafka: the partition count on disk is what decides
             # where each group lives after a restart, so it must never be partial.
             self.ensure_created()
+        return self.writer(partition, batch)
+
+    def _append_alone(self, partition: int, batch: bytearray) -> int:
+        """The writer without a broker: this process is the only replica, so it leads the partition."""
         lg = self.log(partition)
-        epoch = lg.latest_epoch
-        info = lg.append_as_leader(batch, 0 if epoch is None or epoch < 0 else epoch, AppendOrigin.COORDINATOR)
-        lg.update_high_watermark(lg.log_end_offset)
+        part = self._alone.get(partition)
+        if part is None or part.log is not lg:
+            part = self._alone[partition] = Partition.led_alone(lg)
+        info, _ = part.append_records_to_leader(batch, AppendOrigin.COORDINATOR)
         return info.first_offset
 
     def read(self, partition: int) -> Iterator[LoadedRecord | TxnMarker]:
@@ -116,7 +138,6 @@ class OffsetsTopic:
                 if r.offset < start:
                     continue
                 yield LoadedRecord(r.offset, batch.producer_id, batch.is_transactional, r.key, r.value)
-        lg.update_high_watermark(lg.log_end_offset)
 
     def existing_partitions(self) -> list[int]:
         return sorted(p for (t, p) in list(self.log_manager.logs) if t == OFFSETS_TOPIC)

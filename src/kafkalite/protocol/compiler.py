@@ -88,6 +88,13 @@ def compile_encoder(fields: tuple[Field, ...], version: int, flexible: bool, lab
     return unit.build(top, label)
 
 
+def _tag_of(f: Field) -> int:
+    """The tag of a field tagged in the version at hand (`tagged_in` holds only for fields with a tag)."""
+    if f.tag is None:
+        raise ValueError(f"field {f.name} has no tag")
+    return f.tag
+
+
 class _Unit:
     """One generated module: the functions for every struct of a body at one version."""
 
@@ -117,7 +124,7 @@ class _Unit:
     def split(self, fields: tuple[Field, ...]) -> tuple[list[Field], list[Field]]:
         present = [f for f in fields if f.present(self.v)]
         regular = [f for f in present if not f.tagged_in(self.v)]
-        tagged = sorted((f for f in present if f.tagged_in(self.v)), key=lambda f: f.tag)  # type: ignore[arg-type]
+        tagged = sorted((f for f in present if f.tagged_in(self.v)), key=_tag_of)
         if tagged and not self.flex:
             raise ValueError(f"tagged fields {[f.name for f in tagged]} in a non-flexible version {self.v}")
         return regular, tagged

@@ -3,7 +3,8 @@
 Kafka serves a partition's reads and writes only on its leader, which Metadata names by node id
 (with each node's host and port). One broker is the common case here, but nothing assumes that the
 bootstrap address is the leader: a partition is always asked of the node Metadata says leads it,
-over one connection per node, opened on first use.
+over one connection per node, opened on first use. The bootstrap list, the metadata view and the
+connections are `kafkalite.client.KafkaClient`'s (one routing for the CLI and Spark).
 
 Failures Kafka's clients retry (a leader that moved, a broker restarting, a dropped connection) are
 retried with backoff, forgetting connections and leaders in between, until `default.api.timeout.ms`.
@@ -19,8 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from kafkalite.client import KafkaClient
-from kafkalite.protocol import ErrorCode
+from kafkalite.client import BrokerConnection, KafkaClient
+from kafkalite.protocol import ApiKey, ErrorCode
 from kafkalite.spark.backend import TopicPartition
 from kafkalite.spark.broker_settings import BrokerSettings
 from kafkalite.spark.errors import BrokerError, UnknownTopicError
@@ -58,110 +59,87 @@ class TopicMetadata:
 
 
 class Cluster:
-    """The brokers of one `kafka.bootstrap.servers`, as seen from one Spark process."""
+    """The brokers of one `kafka.bootstrap.servers`, as seen from one Spark process: a KafkaClient (its
+    bootstrap list, metadata view and per-broker connections), with the errors Spark reports."""
 
     def __init__(self, settings: BrokerSettings) -> None:
         self.settings = settings
-        self._nodes: dict[int, KafkaClient] = {}
-        self._brokers: dict[int, tuple[str, int]] = {}
-        self._leaders: dict[TopicPartition, int] = {}
-        self._controller = -1
-        self._any: KafkaClient | None = None
         try:
-            self._any = self._connect_bootstrap()
-        except RetriableError as exc:  # unreachable from the start: a wrong address, or no broker running
-            raise BrokerError(f"{exc}; check the address and that the broker is running") from None
+            self.client = KafkaClient(settings.bootstrap_servers, client_id=settings.client_id,
+                                      timeout_s=settings.request_timeout_ms / 1000,
+                                      connect_timeout_s=settings.connect_timeout_ms / 1000,
+                                      retry_timeout_s=settings.api_timeout_ms / 1000,
+                                      retry_backoff_s=settings.retry_backoff_ms / 1000)
+        except OSError as exc:  # unreachable from the start: a wrong address, or no broker running
+            raise BrokerError(f"cannot reach any Kafka broker of kafka.bootstrap.servers={settings.bootstrap_servers} "
+                              f"({exc}); check the address and that the broker is running") from None
 
     # --- connections ------------------------------------------------------------------------------
 
-    def _connect(self, address: str) -> KafkaClient:
-        return KafkaClient(address, client_id=self.settings.client_id,
-                           timeout_s=self.settings.request_timeout_ms / 1000,
-                           connect_timeout_s=self.settings.connect_timeout_ms / 1000)
-
-    def _connect_bootstrap(self) -> KafkaClient:
-        servers = self.settings.bootstrap_servers
-        try:
-            return self._connect(servers)
-        except OSError as exc:
-            known = ",".join(f"{h}:{p}" for h, p in self._brokers.values())
-            if known:  # the bootstrap list may be stale; the brokers Metadata named are as good
-                try:
-                    return self._connect(known)
-                except OSError:
-                    pass
-            raise RetriableError(f"cannot reach any Kafka broker of kafka.bootstrap.servers={servers} "
-                                 f"({exc})") from None
-
-    def any_broker(self) -> KafkaClient:
+    def any_broker(self) -> BrokerConnection:
         """A connection for cluster-wide requests (Metadata, CreateTopics)."""
-        if self._any is None:
-            self._any = self._connect_bootstrap()
-        return self._any
+        try:
+            return self.client.any_broker()
+        except OSError as exc:
+            raise RetriableError(f"cannot reach any Kafka broker of kafka.bootstrap.servers="
+                                 f"{self.settings.bootstrap_servers} ({exc})") from None
 
-    def controller(self) -> KafkaClient:
+    def controller(self) -> BrokerConnection:
         """Where CreateTopics goes: the controller Metadata names (older Kafka accepts it nowhere else;
         newer brokers forward it), else any broker."""
-        if self._controller < 0 or self._controller not in self._brokers:
+        view = self.client.cluster
+        if view.controller_id not in view.brokers:
             self.metadata([])
-        return self.node(self._controller) if self._controller in self._brokers else self.any_broker()
+        return self.node(view.controller_id) if view.controller_id in view.brokers else self.any_broker()
 
-    def node(self, node_id: int) -> KafkaClient:
+    def node(self, node_id: int) -> BrokerConnection:
         """The connection to one broker, by the node id Metadata gave."""
-        client = self._nodes.get(node_id)
-        if client is None:
-            address = self._brokers.get(node_id)
-            if address is None:
-                raise RetriableError(f"broker {node_id} is not in the cluster's metadata")
-            try:
-                client = self._connect(f"{address[0]}:{address[1]}")
-            except OSError as exc:
-                raise RetriableError(f"cannot reach broker {node_id} at {address[0]}:{address[1]}: {exc}") from None
-            self._nodes[node_id] = client
-        return client
+        if node_id not in self.client.cluster.brokers:
+            raise RetriableError(f"broker {node_id} is not in the cluster's metadata")
+        try:
+            return self.client.broker(node_id)
+        except OSError as exc:
+            info = self.client.cluster.brokers[node_id]
+            raise RetriableError(f"cannot reach broker {node_id} at {info.host}:{info.port}: {exc}") from None
 
     def drop(self, node_id: int) -> None:
         """Close one connection (broken, or left with an answer nobody will read)."""
-        client = self._nodes.pop(node_id, None)
-        if client is not None:
-            client.close()
+        self.client.drop(node_id)
 
     def reset(self) -> None:
         """Forget every connection and leader: after an error, everything is looked up again."""
-        for client in self._nodes.values():
-            client.close()
-        self._nodes.clear()
-        if self._any is not None:
-            self._any.close()
-            self._any = None
-        self._leaders.clear()
+        self.client.close_connections()
+        self.forget_leaders()
 
     def close(self) -> None:
-        self.reset()
+        self.client.close()
 
     # --- metadata ---------------------------------------------------------------------------------
 
     def metadata(self, topics: Iterable[str] | None) -> dict[str, TopicMetadata]:
         """Metadata of some topics (all when None), refreshing the known brokers and leaders."""
         wanted = None if topics is None else sorted(set(topics))
-        resp = self.any_broker().metadata(wanted)
-        self._brokers.update({b["node_id"]: (b["host"], b["port"]) for b in resp.get("brokers", [])})
-        self._controller = resp.get("controller_id", -1)
+        try:
+            resp = self.any_broker().request(ApiKey.METADATA, {
+                "topics": None if wanted is None else [{"name": t} for t in wanted],
+                "allow_auto_topic_creation": False})
+        except OSError as exc:
+            raise RetriableError(f"Metadata: {exc}") from None
+        self.client.cluster.update(resp)
         out: dict[str, TopicMetadata] = {}
         for t in resp.get("topics", []):
             name = t.get("name")
             if not name:
                 continue
             info = TopicMetadata(t["error_code"], bool(t.get("is_internal")))
-            for p in t.get("partitions", []):
-                leader = p["leader_id"] if p["error_code"] in (0, ErrorCode.REPLICA_NOT_AVAILABLE) else -1
-                info.leaders[p["partition_index"]] = leader
-                if leader >= 0:
-                    self._leaders[(name, p["partition_index"])] = leader
-                else:
-                    self._leaders.pop((name, p["partition_index"]), None)
+            for p in self.client.cluster.partitions_of(name):
+                info.leaders[p.partition] = p.leader
             out[name] = info
         return out
+
+    def leader_epochs(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """current_leader_epoch for Fetch and ListOffsets, from the latest Metadata."""
+        return self.client.leader_epochs(tps)
 
     def leaders(self, tps: Iterable[TopicPartition]) -> dict[int, list[TopicPartition]]:
         """Partitions grouped by their leader's node id.
@@ -170,7 +148,8 @@ class Cluster:
         has no leader right now.
         """
         tps = list(tps)
-        unknown = sorted({t for t, p in tps if (t, p) not in self._leaders})
+        view = self.client.cluster
+        unknown = sorted({t for t, p in tps if view.leader((t, p)) < 0})
         if unknown:
             found = self.metadata(unknown)
             for topic in unknown:
@@ -182,8 +161,8 @@ class Cluster:
                     raise BrokerError(f"metadata of topic {topic}: {error_name(info.error)}")
         groups: dict[int, list[TopicPartition]] = {}
         for tp in tps:
-            leader = self._leaders.get(tp)
-            if leader is None:
+            leader = view.leader(tp)
+            if leader < 0:
                 known = self.metadata([tp[0]]).get(tp[0])
                 if known is not None and tp[1] not in known.leaders and not known.error:
                     raise UnknownTopicError(f"partition {tp[0]}-{tp[1]} does not exist on the broker(s) at "
@@ -194,7 +173,7 @@ class Cluster:
         return groups
 
     def forget_leaders(self) -> None:
-        self._leaders.clear()
+        self.client.cluster.partitions.clear()
 
     # --- retries ----------------------------------------------------------------------------------
 

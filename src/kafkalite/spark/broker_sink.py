@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from kafkalite.client import KafkaClient, produce_request
+from kafkalite.client import BrokerConnection, produce_request
 from kafkalite.protocol import ApiKey, ErrorCode
 from kafkalite.spark.backend import StagedBatches, StagedFile, TopicPartition
 from kafkalite.spark.broker_cluster import RETRIABLE, Cluster, RetriableError, error_name
@@ -169,7 +169,7 @@ class ProducingStage:
         if self.settings.acks != 0:
             self._inflight[node] = batches
 
-    def _request(self, client: KafkaClient, batches: Mapping[TopicPartition, bytes]) -> None:
+    def _request(self, client: BrokerConnection, batches: Mapping[TopicPartition, bytes]) -> None:
         body = produce_request({tp: [b] for tp, b in batches.items()}, acks=self.settings.acks,
                                timeout_ms=self.settings.request_timeout_ms)
         client.send(ApiKey.PRODUCE, body, expect_response=self.settings.acks != 0)

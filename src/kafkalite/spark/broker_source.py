@@ -74,8 +74,8 @@ class BrokerSource:
             todo = {tp: ts for tp, ts in queries.items() if tp not in out}
             retry = []
             for node, tps in self.cluster.leaders(todo).items():
-                answers = self.cluster.node(node).list_offsets({tp: todo[tp] for tp in tps},
-                                                               self.settings.isolation_level)
+                answers = self.cluster.client.list_offsets({tp: todo[tp] for tp in tps},
+                                                           self.settings.isolation_level)
                 for tp in tps:
                     answer = answers.get(tp)
                     code = ErrorCode.UNKNOWN_SERVER_ERROR if answer is None else answer["error_code"]
@@ -119,7 +119,8 @@ class BrokerSource:
 
         def ask(at: int) -> None:
             client.send(ApiKey.FETCH, fetch_request([(topic, partition, at, size)], max_bytes=max(size, 1),
-                                                    max_wait_ms=0, isolation_level=self.settings.isolation_level))
+                                                    max_wait_ms=0, isolation_level=self.settings.isolation_level,
+                                                    leader_epochs=self.cluster.leader_epochs([tp])))
 
         empty = 0
         ask(offset)

@@ -5,9 +5,9 @@ tasks do not append: each writes its encoded batches to a staging file at the ro
 data dir (a plain file, which Kafka and kafkalite both ignore there: only directories are
 partitions), fsyncs it, and returns where its batches are. The commit, on the driver, opens the
 dirs with `LogManager` (waiting for the lock up to `lockTimeoutMs`), appends every staged batch
-with `Log.append_as_leader`, shuts the manager down (flush, checkpoints, clean-shutdown marker)
-and deletes the staging files. A failed job's `abort` deletes its staging files; nothing reached
-the logs.
+with `Partition.append_records_to_leader` (the broker's leader epoch and commit rule), shuts the manager
+down (flush, checkpoints, clean-shutdown marker) and deletes the staging files. A failed job's `abort`
+deletes its staging files; nothing reached the logs.
 
 Streaming writes are exactly-once per batch id. A small state file per sink (`sinkId`, by default
 derived from the query's checkpoint location), `.kafkalite-spark-sink-<id>.json` in the first data
@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from kafkalite.broker.partition import Partition
 from kafkalite.errors import DirectoryLockedError
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.spark.backend import StagedBatches, StagedFile, TopicPartition
@@ -231,9 +232,9 @@ class EmbeddedSink:
                         landed += 1
                     else:
                         break
+            part = Partition.led_alone(lg)  # the broker's own leadership and commit rule: nothing else writes
             for file, loc in wanted[landed:]:
-                lg.append_as_leader(bytearray(self._read_staged(file, loc)))
-            lg.update_high_watermark(lg.log_end_offset)
+                part.append_records_to_leader(bytearray(self._read_staged(file, loc)))
 
     def _append_all(self, manager: LogManager, staged: Sequence[StagedFile]) -> int:
         self._create_topics(manager, staged)
@@ -244,10 +245,9 @@ class EmbeddedSink:
             fd = os.open(f.file, os.O_RDONLY)
             try:
                 for b in f.batches:
-                    lg = self._log(manager, (b.topic, b.partition))
+                    part = Partition.led_alone(self._log(manager, (b.topic, b.partition)))
                     for pos, size in b.locations:
-                        lg.append_as_leader(bytearray(os.pread(fd, size, pos)))
-                    lg.update_high_watermark(lg.log_end_offset)
+                        part.append_records_to_leader(bytearray(os.pread(fd, size, pos)))
                     appended += b.records
             finally:
                 os.close(fd)

@@ -89,20 +89,22 @@ class FileMapping:
     Below 3.13 it is made with libc's mmap through ctypes and read and written through a memoryview.
     Such memory is unmapped for good by `close`, so every access takes a lock and checks that the
     mapping is still open: a stale reader gets ValueError, as from a closed `mmap`, never a crash.
+
+    The buffer's type tells the two kinds apart: an `mmap.mmap` (3.13's trackfd=False, or a plain
+    mmap where libc is unavailable) or a memoryview over libc's mapping at `_addr`; None once closed.
     """
 
-    __slots__ = ("_addr", "_buf", "_lock", "_mm", "_size")
+    __slots__ = ("_addr", "_buf", "_lock", "_size")
 
     def __init__(self, fd: int, size: int, writable: bool) -> None:
         self._size = size
         self._lock = threading.Lock()
         self._addr: int | None = None
-        self._mm: FileMapping | None = None
+        self._buf: memoryview | mmap.mmap | None
         if _LIBC is None:
             access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
             extra = {"trackfd": False} if sys.version_info >= (3, 13) else {}
-            self._mm = mmap.mmap(fd, size, access=access, **extra)
-            self._buf: memoryview | mmap.mmap | None = self._mm
+            self._buf = mmap.mmap(fd, size, access=access, **extra)
             return
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
         addr = _LIBC.mmap(None, size, prot, mmap.MAP_SHARED, fd, 0)
@@ -140,9 +142,9 @@ class FileMapping:
 
     def flush(self) -> None:
         with self._lock:
-            self._open_buffer()
-            if self._mm is not None:
-                self._mm.flush()
+            buf = self._open_buffer()
+            if isinstance(buf, mmap.mmap):
+                buf.flush()
             elif _LIBC is not None and _LIBC.msync(self._addr, self._size, _MS_SYNC) != 0:
                 err = ctypes.get_errno()
                 raise OSError(err, f"msync failed: {os.strerror(err)}")
@@ -152,10 +154,11 @@ class FileMapping:
             buf, self._buf = self._buf, None
             if buf is None:
                 return
-            if self._mm is not None:
-                self._mm.close()
+            if isinstance(buf, mmap.mmap):
+                buf.close()
             else:
                 buf.release()
+                assert _LIBC is not None  # a memoryview mapping is made only through libc (__init__)
                 _LIBC.munmap(self._addr, self._size)
                 self._addr = None
 
@@ -263,6 +266,15 @@ class IndexBase:
 
     # --- entries ---------------------------------------------------------------------------------
 
+    def _mapping(self) -> FileMapping:
+        """The mapping, for code that reads or writes entries. It is None only for an empty file (which
+        has no entries, so no caller gets here) and after close: that gets ValueError, as from a closed
+        mapping."""
+        mm = self._mm
+        if mm is None:
+            raise ValueError(f"index {self._path} is closed")
+        return mm
+
     def _relative(self, offset: int) -> int:
         relative = offset - self.base_offset
         if not 0 <= relative <= MAX_RELATIVE_OFFSET:
@@ -272,11 +284,11 @@ class IndexBase:
     def _read(self, n: int) -> tuple[int, int]:
         if not 0 <= n < self._entries:
             raise IndexError(f"attempt to fetch entry {n} from index {self._path}, which has {self._entries} entries")
-        return self._mm.unpack_from(self._entry, n * self.entry_size)
+        return self._mapping().unpack_from(self._entry, n * self.entry_size)
 
     def _write(self, first: int, second: int) -> None:
         """Store one entry in the next free slot; the caller has checked room and order."""
-        self._mm.pack_into(self._entry, self._entries * self.entry_size, first, second)
+        self._mapping().pack_into(self._entry, self._entries * self.entry_size, first, second)
         cols = self._cols
         if cols is not None:
             cols[0].append(first)
@@ -309,7 +321,7 @@ class IndexBase:
         rows["first"] = firsts[:n]
         rows["second"] = seconds[:n]
         at = self._entries * self.entry_size
-        self._mm.write(at, rows.tobytes())
+        self._mapping().write(at, rows.tobytes())
         if self._cols is not None:
             self._cols[0].extend(firsts[:n].tolist())
             self._cols[1].extend(seconds[:n].tolist())
@@ -321,7 +333,7 @@ class IndexBase:
         """Both fields of every entry as native arrays, loaded on first use and kept in step afterwards."""
         if self._cols is None:
             n = self._entries
-            raw = self._mm.read(0, n * self.entry_size) if n else b""
+            raw = self._mapping().read(0, n * self.entry_size) if n else b""
             (start0, width0), (start1, width1) = self._fields
             self._cols = (
                 _column(raw, self.entry_size, start0, width0),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
@@ -172,20 +172,37 @@ class RollParams(NamedTuple):
 
 
 class CompletedTxn(Protocol):
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    is_aborted: bool
+    """A transaction closed by an end marker, as recovery reads it. Read-only, so that the producer
+    state's frozen dataclass of the same name matches."""
+
+    @property
+    def producer_id(self) -> int: ...
+
+    @property
+    def first_offset(self) -> int: ...
+
+    @property
+    def last_offset(self) -> int: ...
+
+    @property
+    def is_aborted(self) -> bool: ...
 
 
-class RecoveryProducerState(Protocol):
-    """What segment recovery asks of producer state (implemented by the partition log's manager)."""
+TxnT = TypeVar("TxnT", bound=CompletedTxn)
 
-    def update_from_recovered_batch(self, batch: RecordBatch) -> CompletedTxn | None: ...
 
-    def last_stable_offset(self, completed: CompletedTxn) -> int: ...
+class RecoveryProducerState(Protocol[TxnT]):
+    """What segment recovery asks of producer state (implemented by the partition log's manager).
 
-    def complete_txn(self, completed: CompletedTxn) -> None: ...
+    Generic in the manager's own transaction type: recovery hands each completed transaction back to
+    the manager that made it, so the manager may ask for its own class rather than any `CompletedTxn`.
+    """
+
+    def update_from_recovered_batch(self, batch: RecordBatch) -> TxnT | None: ...
+
+    def last_stable_offset(self, completed: TxnT) -> int: ...
+
+    def complete_txn(self, completed: TxnT) -> None: ...
 
     def update_map_end_offset(self, offset: int) -> None: ...
 
@@ -194,7 +211,7 @@ class RecoveryEpochCache(Protocol):
     @property
     def latest_epoch(self) -> int | None: ...
 
-    def assign(self, epoch: int, start_offset: int) -> None: ...
+    def assign(self, epoch: int, start_offset: int) -> object: ...  # recovery ignores whether it changed anything
 
 
 class LogSegment:
@@ -571,7 +588,7 @@ class LogSegment:
 
     def recover(
         self,
-        producer_state: RecoveryProducerState | None = None,
+        producer_state: RecoveryProducerState[TxnT] | None = None,
         epoch_cache: RecoveryEpochCache | None = None,
     ) -> int:
         """Rebuild the indexes from the `.log`, stopping at the first invalid batch; returns bytes truncated.
@@ -613,7 +630,7 @@ class LogSegment:
         self.bytes_since_last_index_entry = valid_bytes - state.last_index_entry
         return truncated
 
-    def _scan_into_indexes(self, producer_state: RecoveryProducerState | None,
+    def _scan_into_indexes(self, producer_state: RecoveryProducerState[TxnT] | None,
                            epoch_cache: RecoveryEpochCache | None, may_drop: bool = True) -> _RecoveryState:
         """Empty both indexes and refill them from the valid batches of the `.log` (the scan of `recover`)."""
         offset_index = self.offset_index
@@ -649,7 +666,7 @@ class LogSegment:
         return state
 
     def _recover_window(self, window: ValidBatches, state: _RecoveryState,
-                        producer_state: RecoveryProducerState | None, epoch_cache: RecoveryEpochCache | None,
+                        producer_state: RecoveryProducerState[TxnT] | None, epoch_cache: RecoveryEpochCache | None,
                         lookahead: ValidBatches | None, upper_bound: int | None) -> bool:
         """Apply Kafka's per-batch recovery rules to a window of CRC-valid batches, column by column.
 
@@ -724,8 +741,8 @@ class LogSegment:
         # running max timestamp (strictly greater replaces) and the last offset of the batch that set it
         stamps = h["max_timestamp"][:n].astype(np.int64)
         running = np.maximum.accumulate(np.maximum(stamps, state.max_ts))
-        before = np.concatenate(([state.max_ts], running[:-1]))
-        setter = np.maximum.accumulate(np.where(stamps > before, np.arange(n), -1))
+        max_before = np.concatenate(([state.max_ts], running[:-1]))
+        setter = np.maximum.accumulate(np.where(stamps > max_before, np.arange(n), -1))
         offset_of_max = np.where(setter >= 0, last_offsets[np.maximum(setter, 0)], state.offset_of_max)
         # offset index entries: a batch whose position is more than the interval past the last entry
         entries = state.index_entries(positions)
@@ -804,7 +821,7 @@ class LogSegment:
                 epoch_cache.assign(epoch, int(base_offsets[i]))
                 latest = epoch_cache.latest_epoch
 
-    def _recover_producer_state(self, state: RecoveryProducerState, pos: int, size: int, header: bytes) -> None:
+    def _recover_producer_state(self, state: RecoveryProducerState[TxnT], pos: int, size: int, header: bytes) -> None:
         """Producer state needs only header fields, except for control batches (their marker type)."""
         batch = RecordBatch(header, header_only=True)
         if batch.is_control:
