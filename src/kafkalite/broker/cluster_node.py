@@ -30,6 +30,7 @@ from typing import Any
 from kafkalite.broker.apis import CloseConnection, KafkaApis
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import INTERNAL_TOPICS, validate_topic_name, write_partition_topic_id
+from kafkalite.broker.partition import Partition
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
 from kafkalite.cluster import znodes as z
 from kafkalite.cluster.assignment import assign_replicas
@@ -83,7 +84,6 @@ class ClusterNode:
                                                         self.listener),
                                      topic_unclean=self._topic_unclean)
         self.broker_epoch = -1
-        self.leader_epochs: dict[tuple[str, int], int] = {}  # from LeaderAndIsr, per hosted partition
         self._pid_block: z.ProducerIdBlock | None = None
         self._next_pid = 0
         self._pid_lock = asyncio.Lock()
@@ -98,6 +98,9 @@ class ClusterNode:
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        # Roles come from the controller's LeaderAndIsr, not from holding a log (single-broker mode's rule).
+        self.replicas.leads_all_local_logs = False
+        self.replicas.partitions.clear()
         await self.store.start()
         local = self.apis.cluster_id()
         cluster_id = await self.store.get_or_create_cluster_id(local)
@@ -203,15 +206,19 @@ class ClusterNode:
             topics_out.append({"topic_id": topic_id or uuid.UUID(int=0), "partition_errors": errors})
         return {"error_code": E.NONE, "partition_errors": flat_out, "topics": topics_out}
 
+    def _local_epoch(self, topic: str, p: int) -> int:
+        part = self.replicas.partitions.get((topic, p))
+        return part.leader_epoch if part is not None else -1
+
     async def _become(self, topic: str, topic_id: uuid.UUID | None, s: dict[str, Any]) -> int:
         p = s["partition_index"]
         if self.node_id not in s["replicas"]:
             return E.UNKNOWN_TOPIC_OR_PARTITION
-        if s["leader_epoch"] <= self.leader_epochs.get((topic, p), -1):
+        if s["leader_epoch"] <= self._local_epoch(topic, p):
             return E.STALE_CONTROLLER_EPOCH
         info = self.replicas.metadata.get(topic)
         if info is not None and topic_id is not None and topic_id.int and info.topic_id != topic_id:
-            if not self.leader_epochs.keys() & {(topic, q) for q in range(info.partitions)} and \
+            if not any(t == topic for t, _p in self.replicas.partitions) and \
                     not any(lg.topic == topic for lg in self.replicas.logs.all_logs()):
                 self.replicas.metadata.remove(topic)  # a stale registration without logs: a recreated topic
                 info = None
@@ -223,13 +230,12 @@ class ClusterNode:
         except (KafkaliteError, OSError) as exc:
             log.error("Cannot host %s-%d: %s", topic, p, exc)
             return error_code_of(exc) if isinstance(exc, KafkaliteError) else E.KAFKA_STORAGE_ERROR
-        self.leader_epochs[(topic, p)] = s["leader_epoch"]
         return E.NONE
 
     def _ensure_local(self, topic: str, topic_id: uuid.UUID | None, p: int, configs: dict[str, str],
                       s: dict[str, Any]) -> None:
-        """The local log of a partition this broker replicates; as leader, its leader epoch starts at the
-        log end (Kafka's makeLeader) and, with no followers fetching yet, everything written is committed."""
+        """The local log and Partition of a partition this broker replicates, made leader or follower as
+        the controller says (Kafka's makeLeader / makeFollower, broker/partition.py)."""
         md = self.replicas.metadata
         info = md.get(topic)
         if info is None:
@@ -240,10 +246,14 @@ class ClusterNode:
             md.set_partitions(topic, p + 1)
         lg = self.replicas.logs.get_log(topic, p) or self.replicas.logs.get_or_create_log(topic, p, configs or None)
         write_partition_topic_id(lg.dir, info.topic_id)
+        part = self.replicas.partitions.get((topic, p))
+        if part is None or part.log is not lg:
+            part = self.replicas.partitions[(topic, p)] = Partition(topic, p, lg, self.node_id)
+        replicas, isr = list(s["replicas"]), list(s["isr"])
         if s["leader"] == self.node_id:
-            if lg.leader_epoch_cache.assign(s["leader_epoch"], lg.log_end_offset):
-                lg.leader_epoch_cache.flush()
-            lg.update_high_watermark(lg.log_end_offset)
+            part.make_leader(s["leader_epoch"], isr, replicas, s.get("partition_epoch", 0))
+        else:
+            part.make_follower(s["leader"], s["leader_epoch"], isr, replicas, s.get("partition_epoch", 0))
         self.replicas.purgatory.wake((topic, p))
 
     async def stop_replica(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
@@ -264,19 +274,22 @@ class ClusterNode:
             wanted.append((s["topic_name"], s["partition_index"], -1, body.get("delete_partitions", False)))
         errors = []
         for topic, p, epoch, delete in wanted:
-            ours = self.leader_epochs.get((topic, p), -1)
+            ours = self._local_epoch(topic, p)
             if epoch >= 0 and epoch <= ours:
                 errors.append({"topic_name": topic, "partition_index": p, "error_code": E.FENCED_LEADER_EPOCH})
                 continue
-            self.leader_epochs.pop((topic, p), None)
             if delete:
                 await asyncio.to_thread(self._delete_local, topic, p)
+            else:  # no longer served here: clients are sent back to the metadata
+                part = self.replicas.partitions.get((topic, p))
+                if part is not None:
+                    part.make_follower(-1, max(ours, epoch), part.isr, part.replicas, part.partition_epoch)
             self.replicas.purgatory.wake((topic, p))
             errors.append({"topic_name": topic, "partition_index": p, "error_code": E.NONE})
         return {"error_code": E.NONE, "partition_errors": errors}
 
     def _delete_local(self, topic: str, p: int) -> None:
-        self.replicas.logs.delete_log(topic, p)
+        self.replicas.remove_partition(topic, p)
         if not any(lg.topic == topic for lg in self.replicas.logs.all_logs()):
             self.replicas.metadata.remove(topic)
 
@@ -377,7 +390,7 @@ class ClusterNode:
         for other in await self.store.topics():
             if other != name and other.replace(".", "_") == key:
                 raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {other}")
-        self.replicas.validate_topic_configs(configs)
+        self.apis.admin.validate_topic_configs(configs)
         live = await self._live_brokers()
         if manual is not None:
             parts = manual
@@ -552,7 +565,7 @@ class ClusterNode:
 
     def _apply_local_config(self, name: str, configs: dict[str, str]) -> None:
         try:
-            self.replicas.alter_topic_configs(name, configs)
+            self.apis.admin.alter_topic_configs(name, configs)
         except KafkaliteError as exc:
             log.error("Cannot apply the configs of topic %s from ZooKeeper %s: %s", name, configs, exc)
 
@@ -631,7 +644,7 @@ class ClusterNode:
                     op = c["config_operation"] if incremental else (OP_SET if c.get("value") is not None
                                                                      else OP_DELETE)
                     configs = self.apis._apply_config_op(configs, c["name"], op, c.get("value"))
-                self.replicas.validate_topic_configs(configs)
+                self.apis.admin.validate_topic_configs(configs)
                 if not validate_only:
                     await self.store.set_topic_config(name, configs)
             except KafkaliteError as exc:
@@ -727,10 +740,12 @@ class ClusterNode:
     # --- routing: requests for partitions led elsewhere ------------------------------------------------
 
     def _not_here(self, topic: str, p: int) -> int | None:
-        """None if this broker leads the partition; else the error for it."""
-        if self.cache.partition(topic, p) is None:
-            return E.UNKNOWN_TOPIC_OR_PARTITION
-        return None if self.cache.leader(topic, p) == self.node_id else E.NOT_LEADER_OR_FOLLOWER
+        """None for a partition this broker holds (its Partition decides: leader, follower, epochs); for
+        one it does not, NOT_LEADER_OR_FOLLOWER if the cluster has it (as Kafka's getPartitionOrError),
+        else UNKNOWN_TOPIC_OR_PARTITION."""
+        if (topic, p) in self.replicas.partitions:
+            return None
+        return E.UNKNOWN_TOPIC_OR_PARTITION if self.cache.partition(topic, p) is None else E.NOT_LEADER_OR_FOLLOWER
 
     async def produce(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any] | None:
         refused: dict[str, list[dict[str, Any]]] = {}

@@ -163,11 +163,15 @@ class ZkStore(ClusterStore):
             # a daemon thread, not the loop's executor: if ZooKeeper never answers, exit is not held up
             done = asyncio.get_running_loop().create_future()
 
+            def finished() -> None:
+                if not done.done():
+                    done.set_result(None)
+
             def run() -> None:
                 try:
                     stop()
                 finally:
-                    loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+                    loop.call_soon_threadsafe(finished)
             loop = asyncio.get_running_loop()
             threading.Thread(target=run, name="zookeeper-close", daemon=True).start()
             try:
