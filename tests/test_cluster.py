@@ -374,3 +374,29 @@ def test_kafkalite_cluster_command_starts_and_stops_everything(tmp_path, zookeep
     for p in (port, port + 1, zk_port):
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", p), timeout=0.5).close()
+
+
+def test_kafkalite_client_routes_to_each_partitions_leader(cluster):
+    """kafkalite.client (bootstrapped to one broker) sends each partition's produce and fetch to its leader;
+    a broker that holds a partition as follower refuses it itself (its Partition), one that does not hold
+    it refuses it from the metadata cache."""
+    from kafkalite.records import SimpleRecord, build_batch
+
+    cluster.agreed_view(_all_live)
+    res = cluster.request(1, ApiKey.CREATE_TOPICS, {"topics": [{"name": "r", "assignments": [
+        {"partition_index": 0, "broker_ids": [1, 2]}, {"partition_index": 1, "broker_ids": [2, 3]},
+        {"partition_index": 2, "broker_ids": [3, 1]}], "num_partitions": -1, "replication_factor": -1}],
+        "timeout_ms": 20000})
+    assert res["topics"][0]["error_code"] == 0, res
+    cluster.agreed_view(lambda v: v[2] and all(p[1] >= 0 for p in v[2][0][2]))
+    with KafkaClient(cluster.brokers[1].bootstrap) as c:
+        for p in range(3):
+            out = c.produce("r", p, bytes(build_batch([SimpleRecord(b"k", f"p{p}".encode())])), acks=1)
+            assert out["base_offset"] == 0
+        got = {p: [r.value for _o, b in c.consume("r", p, 0, until=1) for r in b.records()] for p in range(3)}
+    assert got == {p: [f"p{p}".encode()] for p in range(3)}
+    batch = bytes(build_batch([SimpleRecord(b"k", b"x")]))
+    for bid, p in ((2, 0), (3, 0)):  # 2 follows partition 0, 3 does not hold it
+        res = cluster.request(bid, ApiKey.PRODUCE, {"acks": 1, "timeout_ms": 5000, "topic_data": [
+            {"name": "r", "partition_data": [{"index": p, "records": batch}]}]}, version=9)
+        assert res["responses"][0]["partition_responses"][0]["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
