@@ -99,9 +99,16 @@ def test_topic_operations_from_each_broker(cluster):
         "resource_type": 2, "resource_name": "t2", "configs": [
             {"name": "retention.ms", "config_operation": 0, "value": "-5"}]}]})
     assert res["responses"][0]["error_code"] == ErrorCode.INVALID_CONFIG
+    # auto-creation through Metadata (any broker): LEADER_NOT_AVAILABLE at first, then the topic everywhere
+    with KafkaClient(cluster.brokers[3].bootstrap) as c:
+        first = c.metadata(["auto"], allow_auto_topic_creation=True)["topics"][0]
+    assert first["error_code"] == ErrorCode.LEADER_NOT_AVAILABLE
+    view = cluster.agreed_view(lambda v: "auto" in [t[0] for t in v[2]] and
+                               all(p[1] >= 0 for t in v[2] if t[0] == "auto" for p in t[2]))
+    assert [len(p[3]) for t in view[2] if t[0] == "auto" for p in t[2]] == [1]  # num.partitions 1, RF 1
     res = cluster.request(3, ApiKey.DELETE_TOPICS, {"topic_names": ["t1"], "timeout_ms": 20000}, version=4)
     assert res["responses"][0]["error_code"] == 0, res
-    view = cluster.agreed_view(lambda v: [t[0] for t in v[2]] == ["t2", "t3"])
+    view = cluster.agreed_view(lambda v: [t[0] for t in v[2]] == ["auto", "t2", "t3"])
 
 
 def _wait_controller(cluster, not_in, timeout_s):
