@@ -4,6 +4,7 @@ Kafka clients produce and consume across brokers."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
@@ -407,3 +408,16 @@ def test_kafkalite_client_routes_to_each_partitions_leader(cluster):
         res = cluster.request(bid, ApiKey.PRODUCE, {"acks": 1, "timeout_ms": 5000, "topic_data": [
             {"name": "r", "partition_data": [{"index": p, "records": batch}]}]}, version=9)
         assert res["responses"][0]["partition_responses"][0]["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_a_second_broker_with_a_registered_id_refuses_to_start(cluster, tmp_path):
+    from tests.support.brokers import BrokerProcess
+
+    cluster.agreed_view(_all_live)
+    twin = BrokerProcess(tmp_path / "twin", {"broker.id": 2, "zookeeper.connect": cluster.zk_connect})
+    with contextlib.suppress(RuntimeError):  # it may exit before it even listens
+        twin.start(timeout_s=30)
+    assert twin.stop() == 1
+    assert "broker.id 2 is already registered" in twin.output() and "give each broker its own broker.id" in \
+        twin.output()
+    assert len(cluster.agreed_view()[1]) == 3  # the running broker 2 is untouched

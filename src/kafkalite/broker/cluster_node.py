@@ -98,6 +98,13 @@ class ClusterNode:
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self.store.close()  # a half-made start (e.g. a broker id in use) leaves no session behind
+            raise
+
+    async def _start(self) -> None:
         # Roles come from the controller's LeaderAndIsr, not from holding a log (single-broker mode's rule).
         self.replicas.leads_all_local_logs = False
         self.replicas.partitions.clear()
@@ -105,7 +112,6 @@ class ClusterNode:
         local = self.apis.cluster_id()
         cluster_id = await self.store.get_or_create_cluster_id(local)
         if cluster_id != local:
-            await self.store.close()
             raise KafkaliteError(f"The cluster id {cluster_id} in ZooKeeper ({self.store.connect}/cluster/id) does "
                                  f"not match the cluster id {local} of this broker's data directories "
                                  "(meta.properties): this broker belongs to another cluster")
