@@ -31,7 +31,7 @@ test: $(DEV_STAMP)
 
 # The inner loop for contributors: no Spark, no real-client matrix, no multi-process fault tests (< 1 min).
 test-fast: $(DEV_STAMP)
-	$(VENV)/bin/python -m pytest -q -m "not spark and not clients and not slow"
+	$(VENV)/bin/python -m pytest -q -m "not spark and not clients and not slow and not cluster"
 
 bench: $(DEV_STAMP)
 	$(VENV)/bin/python -m bench
