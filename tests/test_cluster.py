@@ -337,6 +337,90 @@ def test_group_survives_the_death_of_its_coordinator(cluster):
     assert offsets[coordinator_key_partition("grp", 50)][1] in others
 
 
+RETRIED = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+
+def _fetch_offsets(cluster, bid: int, group: str, timeout_s: float = 30) -> dict[tuple[str, int], int]:
+    """A group's committed offsets of work-0 and work-1 from broker `bid` once it coordinates the group."""
+    body = {"group_id": group, "topics": [{"name": "work", "partition_indexes": [0, 1]}], "require_stable": False}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        res = cluster.request(bid, ApiKey.OFFSET_FETCH, body, version=7)
+        if res["error_code"] not in RETRIED or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert res["error_code"] == 0, res
+    return {(t["name"], p["partition_index"]): p["committed_offset"] for t in res["topics"] for p in t["partitions"]}
+
+
+def _commit_offsets(cluster, bid: int, group: str, offsets: dict[int, int], timeout_s: float = 30) -> None:
+    body = {"group_id": group, "generation_id": -1, "member_id": "", "group_instance_id": None,
+            "topics": [{"name": "work", "partitions": [{"partition_index": p, "committed_offset": o,
+                                                        "committed_leader_epoch": -1, "committed_metadata": ""}
+                                                       for p, o in offsets.items()]}]}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        res = cluster.request(bid, ApiKey.OFFSET_COMMIT, body, version=8)
+        errors = {p["error_code"] for t in res["topics"] for p in t["partitions"]}
+        if not errors & set(RETRIED) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert errors == {0}, res
+
+
+def test_restarted_coordinator_serves_its_groups_offsets_once_it_leads_again(tmp_path, zk_connect):
+    """Group state follows leadership of the group's __consumer_offsets partition: the coordinator loads
+    the partition's groups when it becomes leader (also after a restart) and unloads them when it stops
+    leading. Offsets are not replicated yet, so only the broker that holds the log serves them: the test
+    hands the partition back to the restarted broker by stopping the two others (an unclean election,
+    enabled for this cluster, since a returning broker stays out of the ISR)."""
+    from kafkalite.coordinator.config import coordinator_key_partition
+
+    cluster = Cluster(tmp_path, zk_connect, **{"unclean.leader.election.enable": True}).start()
+    try:
+        cluster.agreed_view(_all_live)
+        for _ in range(100):  # the first FindCoordinator creates __consumer_offsets
+            found = cluster.request(1, ApiKey.FIND_COORDINATOR, {"key": "grp", "key_type": 0}, version=3)
+            if found["error_code"] == 0:
+                break
+            time.sleep(0.1)
+        coordinator = found["node_id"]
+        p = coordinator_key_partition("grp", 50)
+        others = [b for b in (1, 2, 3) if b != coordinator]
+        res = cluster.request(others[0], ApiKey.CREATE_TOPICS, {"topics": [{"name": "work", "num_partitions": 2,
+                                                                            "replication_factor": 1}],
+                                                                "timeout_ms": 20000})
+        assert res["topics"][0]["error_code"] == 0, res
+        cluster.agreed_view(lambda v: any(t[0] == "work" and all(q[1] >= 0 for q in t[2]) for t in v[2]))
+        _commit_offsets(cluster, coordinator, "grp", {0: 7, 1: 11})
+        assert _fetch_offsets(cluster, coordinator, "grp") == {("work", 0): 7, ("work", 1): 11}
+
+        def leader_of_p(v: tuple) -> int:
+            return dict((t[0], t[2]) for t in v[2])["__consumer_offsets"][p][1]
+
+        cluster.brokers[coordinator].kill()
+        view = cluster.agreed_view(lambda v: len(v[1]) == 2 and leader_of_p(v) in others, timeout_s=30)
+        successor = leader_of_p(view)
+        # the successor serves the group from its own log, which has none of the offsets (no replication)
+        assert _fetch_offsets(cluster, successor, "grp") == {("work", 0): -1, ("work", 1): -1}
+        _commit_offsets(cluster, successor, "grp", {0: 99})
+        assert _fetch_offsets(cluster, successor, "grp")[("work", 0)] == 99
+
+        cluster.brokers[coordinator].start()
+        cluster.agreed_view(lambda v: len(v[1]) == 3, timeout_s=30)
+        res = cluster.request(coordinator, ApiKey.OFFSET_FETCH, {"group_id": "grp", "topics": None,
+                                                                 "require_stable": False}, version=7)
+        assert res["error_code"] == ErrorCode.NOT_COORDINATOR  # a follower of the partition
+        for b in others:
+            cluster.brokers[b].stop()
+        cluster.agreed_view(lambda v: len(v[1]) == 1 and leader_of_p(v) == coordinator, timeout_s=30)
+        assert _fetch_offsets(cluster, coordinator, "grp") == {("work", 0): 7, ("work", 1): 11}
+        out = cluster.brokers[coordinator].output()
+        assert f"records of __consumer_offsets-{p} (0 skipped): this broker leads it" in out, out[-3000:]
+    finally:
+        cluster.stop()
+
+
 def test_kafkalite_cluster_command_starts_and_stops_everything(tmp_path, zookeeper_server):
     import random
 

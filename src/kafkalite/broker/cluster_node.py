@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from kafkalite.broker.apis import CloseConnection, KafkaApis
 from kafkalite.broker.config import BrokerConfig
@@ -38,7 +38,7 @@ from kafkalite.cluster.controller import Controller, ControllerSettings
 from kafkalite.cluster.metadata_cache import MetadataCache
 from kafkalite.cluster.zk_store import ZkStore
 from kafkalite.coordinator.config import coordinator_key_partition
-from kafkalite.coordinator.coordinator import GROUP_API_KEYS, error_response
+from kafkalite.coordinator.coordinator import GROUP_API_KEYS, error_response, request_groups
 from kafkalite.coordinator.errors import Errors
 from kafkalite.errors import (
     InvalidPartitionsError,
@@ -65,11 +65,21 @@ WAIT_STEP_S = 0.05
 METADATA_ANSWERS_KEPT = 256  # distinct Metadata questions whose encoded answers are kept
 
 
+class OffsetsLeadership(Protocol):
+    """What hears that this broker leads, or no longer leads, a `__consumer_offsets` partition: the
+    group coordinator (Kafka's GroupCoordinator.onElection / onResignation)."""
+
+    def on_election(self, partition: int, epoch: int = -1) -> None: ...
+
+    def on_resignation(self, partition: int, epoch: int = -1) -> None: ...
+
+
 class ClusterNode:
     def __init__(self, config: BrokerConfig, replicas: ReplicaManager, apis: KafkaApis) -> None:
         self.config = config
         self.replicas = replicas
         self.apis = apis
+        self.offsets_leadership: OffsetsLeadership | None = apis.coordinator
         self.node_id = config.node_id
         self.store = ZkStore(config.get("zookeeper.connect"), config.get("zookeeper.session.timeout.ms"),
                              config.get("zookeeper.connection.timeout.ms"))
@@ -235,7 +245,14 @@ class ClusterNode:
             await asyncio.to_thread(self._ensure_local, topic, topic_id, p, configs, s)
         except (KafkaliteError, OSError) as exc:
             log.error("Cannot host %s-%d: %s", topic, p, exc)
+            if topic == OFFSETS_TOPIC and self.offsets_leadership is not None:
+                self.offsets_leadership.on_resignation(p, s["leader_epoch"])
             return error_code_of(exc) if isinstance(exc, KafkaliteError) else E.KAFKA_STORAGE_ERROR
+        if topic == OFFSETS_TOPIC and self.offsets_leadership is not None:
+            if s["leader"] == self.node_id:
+                self.offsets_leadership.on_election(p, s["leader_epoch"])
+            else:
+                self.offsets_leadership.on_resignation(p, s["leader_epoch"])
         return E.NONE
 
     def _ensure_local(self, topic: str, topic_id: uuid.UUID | None, p: int, configs: dict[str, str],
@@ -291,6 +308,8 @@ class ClusterNode:
                 if part is not None:
                     part.make_follower(-1, max(ours, epoch), part.isr, part.replicas, part.partition_epoch)
             self.replicas.purgatory.wake((topic, p))
+            if topic == OFFSETS_TOPIC and self.offsets_leadership is not None:
+                self.offsets_leadership.on_resignation(p, epoch)
             errors.append({"topic_name": topic, "partition_index": p, "error_code": E.NONE})
         return {"error_code": E.NONE, "partition_errors": errors}
 
@@ -707,23 +726,13 @@ class ClusterNode:
             return {"throttle_time_ms": 0, "coordinators": out}
         return {"throttle_time_ms": 0, **out[0]}
 
-    def _groups_of(self, api_key: int, body: dict[str, Any]) -> list[str]:
-        if api_key == ApiKey.DESCRIBE_GROUPS:
-            return list(body.get("groups") or [])
-        if api_key == ApiKey.DELETE_GROUPS:
-            return list(body.get("groups_names") or [])
-        if api_key == ApiKey.OFFSET_FETCH and body.get("groups"):
-            return [g["group_id"] for g in body["groups"]]
-        gid = body.get("group_id")
-        return [gid] if gid is not None else []
-
     async def group_request(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any] | None:
         """Group requests are served by the leader of the group's __consumer_offsets partition; elsewhere
         NOT_COORDINATOR sends the client back to FindCoordinator, as Kafka's brokers do."""
         if h.api_key != ApiKey.LIST_GROUPS:
             cached = self.cache.topics.get(OFFSETS_TOPIC)
             n = len(cached.partitions) if cached is not None else 0
-            for gid in self._groups_of(h.api_key, body):
+            for gid in request_groups(h.api_key, body):
                 if not n or self.cache.leader(OFFSETS_TOPIC, coordinator_key_partition(gid, n)) != self.node_id:
                     return error_response(h.api_key, h.api_version, body, Errors.NOT_COORDINATOR)
             if n and self.apis.coordinator is not None:

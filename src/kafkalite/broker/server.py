@@ -130,7 +130,8 @@ class Broker:
 
         coordinator = GroupCoordinator(self.logs, self.config, writer=write_offsets,
                                        partition_exists=lambda t, p: replicas.logs.get_log(t, p) is not None)
-        await coordinator.start()
+        # in a cluster the coordinator loads a partition's groups when it becomes its leader (cluster_node)
+        await coordinator.start(lead_all=not self.config.get("zookeeper.connect"))
         return coordinator
 
     def addresses(self) -> list[tuple[str, int]]:

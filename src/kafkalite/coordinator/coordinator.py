@@ -3,13 +3,19 @@
 One instance per broker. The broker decodes a request, calls `handle(api_key, api_version, body, ...)`
 with the body as a dict keyed by the snake_case of Kafka's schema field names, and encodes the dict it
 gets back (fields a version does not have are ignored by the encoder). FindCoordinator stays with the
-broker (one broker is the coordinator of every group); `coordinator_key_partition` tells it which
-`__consumer_offsets` partition a group lives in.
+broker (single-broker mode: one broker coordinates every group; a cluster: see below);
+`coordinator_key_partition` tells it which `__consumer_offsets` partition a group lives in.
 
 Lifecycle: construct, `await load()` (reads every `__consumer_offsets` partition and rebuilds groups and
 offsets; requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS, which clients retry), serve, `close()`
 (parked JoinGroup/SyncGroup requests get NOT_COORDINATOR, so clients look the coordinator up again).
 `load_offline()` gives tools the same state without timers or a running broker.
+
+In a cluster the coordinator of a group is the leader of its `__consumer_offsets` partition, and group
+state follows that leadership (Kafka's GroupCoordinator.onElection / onResignation): `load(lead_all=False)`
+starts with no partition; `on_election(p, epoch)` loads partition p's groups and offsets in the
+background (their requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS); `on_resignation(p, epoch)`
+forgets them (parked requests and later ones get NOT_COORDINATOR, so clients find the new coordinator).
 
 Version differences follow Kafka's request/response classes: JoinGroup v0 uses the session timeout as
 rebalance timeout, v4+ has the MEMBER_ID_REQUIRED round trip, v5+ static membership, v7+ nullable
@@ -108,6 +114,10 @@ class GroupCoordinator:
         self.timer = KeyedTimer()
         self.membership = GroupMembership(self.config, clock, self.timer, self._persist)
         self._phase = _Phase.NEW
+        # None: this broker coordinates every group (single-broker mode); else the partitions it leads.
+        self._owned: set[int] | None = None
+        self._loading: dict[int, asyncio.Task[None]] = {}
+        self._epochs: dict[int, int] = {}  # the latest leader epoch seen per partition (election or resignation)
         self._handlers: dict[int, Callable[[int, Body, str, str], Awaitable[Body]]] = {
             ApiKey.JOIN_GROUP: self._join_group, ApiKey.SYNC_GROUP: self._sync_group,
             ApiKey.HEARTBEAT: self._heartbeat, ApiKey.LEAVE_GROUP: self._leave_group,
@@ -144,12 +154,18 @@ class GroupCoordinator:
 
     # --- lifecycle -----------------------------------------------------------------------------
 
-    async def load(self) -> None:
-        """Rebuild groups and offsets from `__consumer_offsets`, then start the timers; idempotent."""
+    async def load(self, *, lead_all: bool = True) -> None:
+        """Rebuild groups and offsets from `__consumer_offsets`, then start the timers; idempotent.
+        With `lead_all` False (a cluster broker) nothing is loaded: partitions come with `on_election`."""
         if self._phase is not _Phase.NEW:
             return
         self._phase = _Phase.LOADING
         self.timer.bind(asyncio.get_running_loop())
+        if not lead_all:
+            self._owned = set()
+            self._phase = _Phase.ACTIVE
+            self._schedule_expiry()
+            return
         try:
             items = await asyncio.to_thread(self._read_all)
             self._replay(items)
@@ -184,11 +200,80 @@ class GroupCoordinator:
         if self._phase is _Phase.CLOSED:
             return
         self._phase = _Phase.CLOSED
+        for task in self._loading.values():
+            task.cancel()
+        self._loading.clear()
         self.membership.shutdown(Errors.NOT_COORDINATOR)
 
-    async def start(self) -> None:
+    async def start(self, *, lead_all: bool = True) -> None:
         """Same as `load()` (the broker's lifecycle name)."""
-        await self.load()
+        await self.load(lead_all=lead_all)
+
+    # --- leadership of __consumer_offsets partitions (cluster mode) -----------------------------
+
+    def is_loading(self, partition: int) -> bool:
+        return partition in self._loading
+
+    def owns(self, partition: int) -> bool:
+        """True when this coordinator serves the groups of `partition` (loaded, not loading)."""
+        return self._owned is None or partition in self._owned
+
+    def _stale(self, partition: int, epoch: int) -> bool:
+        """An event older than one already seen for the partition (Kafka's coordinator epoch check)."""
+        return epoch >= 0 and epoch < self._epochs.get(partition, -1)
+
+    def on_election(self, partition: int, epoch: int = -1) -> None:
+        """This broker now leads `__consumer_offsets` partition `partition`: load its groups and offsets in
+        the background; until done their requests get COORDINATOR_LOAD_IN_PROGRESS."""
+        if self._phase is not _Phase.ACTIVE or self._owned is None or self._stale(partition, epoch):
+            return
+        self._epochs[partition] = max(epoch, self._epochs.get(partition, -1))
+        if partition in self._owned or partition in self._loading:
+            return  # a new epoch of a leadership already held: the state in memory is current
+        task = asyncio.get_running_loop().create_task(self._load_partition(partition))
+        self._loading[partition] = task
+
+    def on_resignation(self, partition: int, epoch: int = -1) -> None:
+        """This broker no longer leads `partition`: forget its groups and offsets (they stay on disk);
+        members get NOT_COORDINATOR and look the coordinator up again."""
+        if self._owned is None or self._stale(partition, epoch):
+            return
+        self._epochs[partition] = max(epoch, self._epochs.get(partition, -1))
+        task = self._loading.pop(partition, None)
+        if task is not None:
+            task.cancel()
+        if partition not in self._owned:
+            return
+        self._owned.discard(partition)
+        gone = [gid for gid in self.groups if self.topic.partition_for(gid) == partition]
+        for gid in self.offsets.groups():
+            if self.topic.partition_for(gid) == partition:
+                for (t, p) in self.offsets.group_offsets(gid):
+                    self.offsets.replay(gid, t, p, None)
+        self.membership.unload(gone, Errors.NOT_COORDINATOR)
+        log.info("Unloaded %d groups of %s-%d: this broker no longer leads it", len(gone), OFFSETS_TOPIC, partition)
+
+    async def _load_partition(self, partition: int) -> None:
+        try:
+            items = await asyncio.to_thread(lambda: list(self.topic.read(partition)))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("Loading the groups of %s-%d failed", OFFSETS_TOPIC, partition)
+            self._loading.pop(partition, None)
+            return
+        if self._loading.get(partition) is not asyncio.current_task() or self._owned is None:
+            return  # resigned (or closed) while reading
+        del self._loading[partition]
+        before = set(self.groups)
+        replayer = Replayer(self.groups, self.offsets, self.clock)
+        for item in items:
+            replayer.apply(item)
+        loaded = [g for gid, g in self.groups.items() if gid not in before]
+        self._owned.add(partition)
+        self.membership.on_loaded(loaded)
+        log.info("Loaded %d groups from %d records of %s-%d (%d skipped): this broker leads it", len(loaded),
+                 replayer.records, OFFSETS_TOPIC, partition, replayer.skipped)
 
     async def stop(self) -> None:
         """Same as `close()` (the broker's lifecycle name)."""
@@ -227,6 +312,12 @@ class GroupCoordinator:
             else:
                 error = Errors.COORDINATOR_LOAD_IN_PROGRESS
             return error_response(api_key, api_version, body, error)
+        if self._owned is not None and api_key != ApiKey.LIST_GROUPS:
+            refused = self._ownership_error(request_groups(api_key, body))
+            if refused is not None:
+                if api_key == ApiKey.HEARTBEAT and refused is Errors.COORDINATOR_LOAD_IN_PROGRESS:
+                    refused = Errors.NONE  # as while the whole coordinator loads
+                return error_response(api_key, api_version, body, refused)
         if not self.timer.is_bound:
             self.timer.bind(asyncio.get_running_loop())  # served after load_offline(): timeouts apply from now
         try:
@@ -234,6 +325,19 @@ class GroupCoordinator:
         except Exception:
             log.exception("Group API %d v%d failed", api_key, api_version)
             return error_response(api_key, api_version, body, Errors.UNKNOWN_SERVER_ERROR)
+
+    def _ownership_error(self, group_ids: list[str]) -> Errors | None:
+        """NOT_COORDINATOR when a group's partition is not led here, COORDINATOR_LOAD_IN_PROGRESS while
+        it loads; None when every group is served here. One refusal covers the whole request."""
+        for gid in group_ids:
+            if gid is None:
+                continue
+            partition = self.topic.partition_for(gid)
+            if partition in self._loading:
+                return Errors.COORDINATOR_LOAD_IN_PROGRESS
+            if not self.owns(partition):
+                return Errors.NOT_COORDINATOR
+        return None
 
     # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------
 
@@ -432,7 +536,9 @@ class GroupCoordinator:
         listed = [g for g in self.list_groups()
                   if (not states or g["group_state"].lower() in states)
                   and (not types or g["group_type"] in types)]
-        return {"throttle_time_ms": 0, "error_code": 0, "groups": listed}
+        # Kafka lists the groups loaded so far and says some partitions are still loading
+        error = Errors.COORDINATOR_LOAD_IN_PROGRESS if self._loading else Errors.NONE
+        return {"throttle_time_ms": 0, "error_code": int(error), "groups": listed}
 
     async def _describe_groups(self, v: int, body: Body, _client_id: str, _host: str) -> Body:
         include_ops = bool(body.get("include_authorized_operations")) and v >= 3
@@ -681,6 +787,20 @@ def _described(group_id: str, state: GroupState, protocol_type: str, protocol_da
     return {"error_code": 0, "error_message": None, "group_id": group_id, "group_state": str(state),
             "protocol_type": protocol_type, "protocol_data": protocol_data, "members": members,
             "authorized_operations": _UNKNOWN_OPERATIONS}
+
+
+def request_groups(api_key: int, body: Body) -> list[str]:
+    """The group ids a group API request names (none for ListGroups)."""
+    if api_key == ApiKey.LIST_GROUPS:
+        return []
+    if api_key == ApiKey.DESCRIBE_GROUPS:
+        return list(body.get("groups") or [])
+    if api_key == ApiKey.DELETE_GROUPS:
+        return list(body.get("groups_names") or [])
+    if api_key == ApiKey.OFFSET_FETCH and body.get("groups"):
+        return [g["group_id"] for g in body["groups"]]
+    gid = body.get("group_id")
+    return [gid] if gid is not None else []
 
 
 def error_response(api_key: int, v: int, body: Body, error: Errors) -> Body:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kafkalite.clock import Clock
@@ -622,13 +622,25 @@ class GroupMembership:
 
     # --- lifecycle -----------------------------------------------------------------------------
 
-    def on_loaded(self) -> None:
-        """After loading: members of loaded groups must heartbeat within their session timeout again."""
-        for group in self.groups.values():
+    def on_loaded(self, groups: Iterable[ClassicGroup] | None = None) -> None:
+        """After loading (every group, or those given): members of loaded groups must heartbeat within
+        their session timeout again."""
+        for group in list(self.groups.values()) if groups is None else groups:
             for member in group.members.values():
                 self.reschedule_heartbeat(group, member)
             if len(group.members) > self.config.group_max_size:
                 self._prepare_rebalance(group, "group size above group.max.size after loading")
+
+    def unload(self, group_ids: Iterable[str], error: Errors = Errors.NOT_COORDINATOR) -> None:
+        """Forget these groups (their partition moved away): parked requests get `error`, timers stop."""
+        for gid in list(group_ids):
+            group = self.groups.pop(gid, None)
+            if group is None:
+                continue
+            for member in group.members.values():
+                group.complete_join(member, join_error(error, member.member_id))
+                group.complete_sync(member, sync_response(error))
+            self.cancel_group_timers(group)
 
     def shutdown(self, error: Errors = Errors.NOT_COORDINATOR) -> None:
         """Answer every parked request (clients then look for the coordinator again) and stop the timers."""
