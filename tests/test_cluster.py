@@ -505,3 +505,95 @@ def test_a_second_broker_with_a_registered_id_refuses_to_start(cluster, tmp_path
     assert "broker.id 2 is already registered" in twin.output() and "give each broker its own broker.id" in \
         twin.output()
     assert len(cluster.agreed_view()[1]) == 3  # the running broker 2 is untouched
+
+
+def _replicated_topic_and_a_dead_replica(cluster) -> tuple[int, int]:
+    """Topic "d" (2 partitions on all 3 brokers), then a non-controller broker killed: (controller, victim)."""
+    controller = cluster.agreed_view(_all_live)[0]
+    res = cluster.request(1, ApiKey.CREATE_TOPICS, {"topics": [{"name": "d", "num_partitions": 2,
+                                                                 "replication_factor": 3}], "timeout_ms": 20000})
+    assert res["topics"][0]["error_code"] == 0, res
+    cluster.agreed_view(lambda v: v[2] and all(p[1] >= 0 for p in v[2][0][2]))
+    victim = next(b for b in (1, 2, 3) if b != controller)
+    vdir = cluster.brokers[victim].data_dir
+    deadline = time.monotonic() + 10
+    while not ((vdir / "d-0").is_dir() and (vdir / "d-1").is_dir()):
+        assert time.monotonic() < deadline, "the victim did not create its replicas"
+        time.sleep(0.1)
+    cluster.brokers[victim].kill()
+    cluster.agreed_view(lambda v: len(v[1]) == 2, timeout_s=SESSION_TIMEOUT_MS / 1000 + 15)
+    return controller, victim
+
+
+def test_deletion_waits_for_a_dead_replica_and_completes_when_it_returns(cluster):
+    """Kafka's TopicDeletionManager (reference §1.3): the topic's znodes and its marker stay until every replica
+    has deleted its partition; a replica on a dead broker makes the deletion wait for that broker's return."""
+    from kazoo.client import KazooClient
+
+    controller, victim = _replicated_topic_and_a_dead_replica(cluster)
+    vdir = cluster.brokers[victim].data_dir
+    zk = KazooClient(hosts=cluster.zk_connect)
+    zk.start(timeout=10)
+    try:
+        t0 = time.monotonic()
+        res = cluster.request(controller, ApiKey.DELETE_TOPICS, {"topic_names": ["d"], "timeout_ms": 20000},
+                              version=4)
+        assert res["responses"][0]["error_code"] == 0, res
+        assert time.monotonic() - t0 < 10
+        # the live replicas are deleted, but the topic stays marked for deletion while the victim is away
+        live_dirs = [cluster.brokers[b].data_dir for b in (1, 2, 3) if b != victim]
+        deadline = time.monotonic() + 10
+        while any((d / f"d-{p}").exists() for d in live_dirs for p in (0, 1)):
+            assert time.monotonic() < deadline, "the live replicas were not deleted"
+            time.sleep(0.1)
+        time.sleep(1)
+        assert zk.exists("/brokers/topics/d") and zk.exists("/config/topics/d") and zk.exists("/admin/delete_topics/d")
+        md = cluster.metadata(controller, ["d"])
+        assert md["topics"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        res = cluster.request(controller, ApiKey.CREATE_TOPICS, {"topics": [{
+            "name": "d", "num_partitions": 1, "replication_factor": 1}], "timeout_ms": 5000})
+        assert res["topics"][0]["error_code"] == ErrorCode.TOPIC_ALREADY_EXISTS, res
+        assert "marked for deletion" in res["topics"][0]["error_message"]
+        # the victim returns: it is told to delete its replicas, and then the deletion completes
+        cluster.brokers[victim].start()
+        deadline = time.monotonic() + 30
+        while zk.exists("/brokers/topics/d") or zk.exists("/admin/delete_topics/d") or zk.exists("/config/topics/d"):
+            assert time.monotonic() < deadline, "the deletion did not complete after the victim returned"
+            time.sleep(0.1)
+        assert not (vdir / "d-0").exists() and not (vdir / "d-1").exists()
+        cluster.agreed_view(lambda v: len(v[1]) == 3 and v[2] == ())
+        res = cluster.request(victim, ApiKey.CREATE_TOPICS, {"topics": [{
+            "name": "d", "num_partitions": 1, "replication_factor": 3}], "timeout_ms": 20000})
+        assert res["topics"][0]["error_code"] == 0, res
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_a_new_controller_resumes_a_waiting_deletion(cluster):
+    """The deletion marker outlives the controller that started the deletion: the next one finishes it."""
+    from kazoo.client import KazooClient
+
+    controller, victim = _replicated_topic_and_a_dead_replica(cluster)
+    res = cluster.request(controller, ApiKey.DELETE_TOPICS, {"topic_names": ["d"], "timeout_ms": 20000}, version=4)
+    assert res["responses"][0]["error_code"] == 0, res
+    cluster.brokers[controller].kill()
+    survivor = next(b for b in (1, 2, 3) if b not in (controller, victim))
+    cluster.agreed_view(lambda v: v[0] == survivor and len(v[1]) == 1, timeout_s=SESSION_TIMEOUT_MS / 1000 + 15)
+    zk = KazooClient(hosts=cluster.zk_connect)
+    zk.start(timeout=10)
+    try:
+        assert zk.exists("/brokers/topics/d") and zk.exists("/admin/delete_topics/d")
+        # the new controller knows nothing of what the old one heard: it waits for both dead brokers (as Kafka)
+        cluster.brokers[victim].start()
+        cluster.brokers[controller].start()
+        deadline = time.monotonic() + 30
+        while zk.exists("/brokers/topics/d") or zk.exists("/admin/delete_topics/d"):
+            assert time.monotonic() < deadline, "the new controller did not complete the deletion"
+            time.sleep(0.1)
+        for b in (1, 2, 3):
+            d = cluster.brokers[b].data_dir
+            assert not (d / "d-0").exists() and not (d / "d-1").exists(), b
+    finally:
+        zk.stop()
+        zk.close()

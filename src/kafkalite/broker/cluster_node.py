@@ -410,6 +410,8 @@ class ClusterNode:
     async def _create(self, name: str, partitions: int, rf: int, manual: dict[int, list[int]] | None,
                       configs: dict[str, str], validate_only: bool = False) -> z.TopicAssignment:
         if name in self.cache.topics or await self.store.topic_assignment(name) is not None:
+            if await self.store.read(z.delete_topic_path(name)) is not None:  # Kafka's wording for this case
+                raise TopicAlreadyExistsError(f"Topic '{name}' is marked for deletion.")
             raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
         key = name.replace(".", "_")
         for other in await self.store.topics():

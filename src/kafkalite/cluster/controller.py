@@ -12,6 +12,12 @@ live replicas, leader epoch 0; when a leader dies the new one is the first live 
 order (the first live replica when unclean.leader.election.enable allows it); dead replicas leave the ISR
 except the last member, and every such change bumps the leader epoch. Brokers whose registration was
 replaced by a newer one (a larger epoch) are handled as a failure followed by a start-up.
+
+Topic deletion (Kafka's TopicDeletionManager, reference §1.3): a topic marked in /admin/delete_topics leaves the
+controller's context for its `_deleting` table at once (no more elections or LeaderAndIsr; UpdateMetadata
+tells every broker it is gone), every replica on a live broker gets StopReplica(delete), and only when each
+replica has answered it without error are the topic's znodes and the marker removed. Replicas on dead brokers
+keep the deletion waiting until their broker comes back and is sent its StopReplica(delete).
 """
 
 from __future__ import annotations
@@ -50,6 +56,14 @@ TopicPartition = tuple[str, int]
 Event = Callable[[], Awaitable[None]]
 
 
+@dataclass
+class _Deletion:
+    """A topic being deleted: its assignment and the (broker, partition) replicas not yet deleted."""
+
+    assignment: TopicAssignment
+    pending: set[tuple[int, int]]
+
+
 class Controller:
     def __init__(self, store: ClusterStore, broker_id: int, settings: ControllerSettings | None = None,
                  topic_unclean: Callable[[str], Awaitable[bool | None]] | None = None) -> None:
@@ -67,6 +81,7 @@ class Controller:
         self._task: asyncio.Task[None] | None = None
         self._watching = False
         self._watched_topics: set[str] = set()
+        self._deleting: dict[str, _Deletion] = {}
         self.elections = 0  # times this broker became controller (tests, logs)
 
     @property
@@ -145,6 +160,7 @@ class Controller:
         self.live.clear()
         self.assignments.clear()
         self.states.clear()
+        self._deleting.clear()
         await self.channels.close()
 
     def _require(self) -> ControllerLease:
@@ -163,8 +179,10 @@ class Controller:
         self.live = await self.store.brokers()
         for reg in self.live.values():
             self._connect(reg)
+        marked = set(await self.store.topics_to_delete())
         for topic in await self.store.topics():
-            await self._load_topic(topic)
+            if topic not in marked:  # taken up by the deletion below, not elected for
+                await self._load_topic(topic)
         self._update_metadata(self.live, self._all_partitions())
         await self._elect_offline(self._all_partitions(), fresh=True)
         self._leader_and_isr(self._all_partitions())
@@ -259,12 +277,14 @@ class Controller:
         theirs = [tp for tp in self._all_partitions() if new & set(self._replicas(tp))]
         self._leader_and_isr(theirs, only=new)
         await self._elect_offline(self._all_partitions())
+        for topic, d in list(self._deleting.items()):  # replicas that waited for their broker (§1.3)
+            self._stop_replicas_for_deletion(topic, d, only=new)
 
     async def _on_topic_change(self) -> None:
         if not self.active:
             return
         topics = set(await self.store.topics())
-        created = [t for t in sorted(topics) if t not in self.assignments]
+        created = [t for t in sorted(topics) if t not in self.assignments and t not in self._deleting]
         new: list[TopicPartition] = []
         for t in created:
             new += await self._load_topic(t)
@@ -301,22 +321,63 @@ class Controller:
         self._update_metadata(self.live, list(written))
 
     async def _on_topic_deletion(self) -> None:
+        """Start the deletion of newly marked topics; a marker of a topic that does not exist is removed."""
         if not self.active:
             return
         lease = self._require()
         for topic in await self.store.topics_to_delete():
-            parts = [tp for tp in self._all_partitions() if tp[0] == topic]
-            for b in {b for tp in parts for b in self._replicas(tp) if b in self.live}:
-                mine = [tp for tp in parts if b in self._replicas(tp)]
-                self._stop_replica(b, mine, delete=True)
-            # Kafka waits for every replica's StopReplica answer before removing the znodes; replicas on dead
-            # brokers would block it. Here the znodes go at once (docs/cluster.md, deviations).
-            await self.store.delete_topic(lease, topic)
-            self.assignments.pop(topic, None)
+            if topic in self._deleting:
+                continue
+            assignment = self.assignments.pop(topic, None) or await self.store.topic_assignment(topic)
+            if assignment is None:
+                await self.store.delete_topic(lease, topic)
+                continue
+            parts = [(topic, p) for p in sorted(assignment.partitions)]
             for tp in parts:
                 self.states.pop(tp, None)
+            d = _Deletion(assignment, {(b, p) for p, rs in assignment.partitions.items() for b in rs})
+            self._deleting[topic] = d
+            log.info("Deleting topic %s", topic)
             self._update_metadata(self.live, parts, deleted=True)
-            log.info("Deleted topic %s", topic)
+            self._stop_replicas_for_deletion(topic, d)
+            await self._complete_deletion(topic)
+
+    def _stop_replicas_for_deletion(self, topic: str, d: _Deletion, only: set[int] | None = None) -> None:
+        """StopReplica(delete) to each live broker holding pending replicas (those in `only` if given)."""
+        for b in sorted({b for b, _p in d.pending if b in self.live and (only is None or b in only)}):
+            mine = sorted(p for pb, p in d.pending if pb == b)
+            self._stop_replica(b, [(topic, p) for p in mine], delete=True, on_response=self._deletion_answer(topic))
+
+    def _deletion_answer(self, topic: str) -> Callable[[int, dict[str, Any]], None]:
+        def answered(broker_id: int, body: dict[str, Any]) -> None:
+            self._check_response(broker_id, body)
+            done = [] if body.get("error_code", 0) != ErrorCode.NONE else [
+                e["partition_index"] for e in body.get("partition_errors", [])
+                if e.get("topic_name") == topic and e.get("error_code", 0) == ErrorCode.NONE]
+            failed = [e for e in body.get("partition_errors", []) if e.get("error_code", 0) != ErrorCode.NONE]
+            if failed:
+                log.warning("Broker %d could not delete replicas of %s: %s (retried when it restarts)", broker_id,
+                            topic, failed)
+
+            async def event() -> None:
+                d = self._deleting.get(topic)
+                if d is None or not self.active:
+                    return
+                d.pending -= {(broker_id, p) for p in done}
+                await self._complete_deletion(topic)
+            self.enqueue(event)
+        return answered
+
+    async def _complete_deletion(self, topic: str) -> None:
+        """Remove the topic's znodes and marker once every replica is deleted (Kafka's completeDeleteTopic)."""
+        d = self._deleting.get(topic)
+        if d is None or d.pending:
+            if d is not None:
+                log.info("Deletion of %s waits for replicas %s", topic, sorted(d.pending))
+            return
+        await self.store.delete_topic(self._require(), topic)
+        del self._deleting[topic]
+        log.info("Deleted topic %s", topic)
 
     # --- elections ----------------------------------------------------------------------------------
 
@@ -439,7 +500,8 @@ class Controller:
                       "leader_epoch": -1, "isr": [], "zk_version": -1, "replicas": replicas,
                       "offline_replicas": [b for b in replicas if b not in self.live]}
             topics.setdefault(tp[0], []).append(st)
-            a = self.assignments.get(tp[0])
+            d = self._deleting.get(tp[0])
+            a = self.assignments.get(tp[0]) or (d.assignment if d else None)
             ids[tp[0]] = a.topic_id if a else uuid.UUID(int=0)
         brokers = [{"id": b, "endpoints": [{"port": e.port, "host": e.host, "listener": e.listener,
                                             "security_protocol": 0} for e in r.endpoints], "rack": r.rack}
@@ -451,7 +513,8 @@ class Controller:
                     "live_brokers": brokers}
             self.channels.send(b, ApiKey.UPDATE_METADATA, UPDATE_METADATA_VERSION, body, self._check_response)
 
-    def _stop_replica(self, b: int, partitions: list[TopicPartition], delete: bool) -> None:
+    def _stop_replica(self, b: int, partitions: list[TopicPartition], delete: bool,
+                      on_response: Callable[[int, dict[str, Any]], None] | None = None) -> None:
         lease = self.lease
         if lease is None or b not in self.live:
             return
@@ -461,7 +524,7 @@ class Controller:
                                              else -1, "delete_partition": delete})
         body = {"controller_id": self.broker_id, "controller_epoch": lease.epoch, "broker_epoch": self.live[b].epoch,
                 "topic_states": [{"topic_name": t, "partition_states": ps} for t, ps in sorted(topics.items())]}
-        self.channels.send(b, ApiKey.STOP_REPLICA, STOP_REPLICA_VERSION, body, self._check_response)
+        self.channels.send(b, ApiKey.STOP_REPLICA, STOP_REPLICA_VERSION, body, on_response or self._check_response)
 
     def _check_response(self, broker_id: int, body: dict[str, Any]) -> None:
         code = body.get("error_code", 0)
