@@ -474,28 +474,38 @@ class KafkaApis:
         """Legacy AlterConfigs: the configs sent become the resource's whole set of dynamic configs (what
         is left out returns to its default), as Kafka does; validated like IncrementalAlterConfigs."""
         validate_only = body.get("validate_only", False)
+
+        def alter(rtype: int, rname: str, r: dict[str, Any]) -> None:
+            names = [c["name"] for c in r.get("configs", [])]
+            if len(set(names)) != len(names):
+                raise InvalidRequestError(f"Duplicate config keys in the request for {rname}: {names}")
+            if rtype == RESOURCE_BROKER:
+                self._refuse_broker_configs(rname, names)
+                return
+            if rtype != RESOURCE_TOPIC:
+                raise InvalidRequestError(f"Unsupported resource type {rtype}")
+            if rname not in self.replicas.metadata.topics:
+                raise UnknownTopicOrPartitionError(f"The topic '{rname}' does not exist.")
+            configs: dict[str, str] = {}
+            for c in r.get("configs", []):
+                # a null value leaves the key at its default, as Kafka's legacy path does
+                op = OP_SET if c.get("value") is not None else OP_DELETE
+                configs = self._apply_config_op(configs, c["name"], op, c.get("value"))
+            self.admin.alter_topic_configs(rname, configs, validate_only)
+
+        return self._per_resource(body, alter)
+
+    @staticmethod
+    def _per_resource(body: dict[str, Any], alter: Callable[[int, str, dict[str, Any]], None]) -> dict[str, Any]:
+        """The response of an AlterConfigs-style request: `alter(type, name, resource)` per resource, each
+        failure answered with its own Kafka error code and message (the others still apply)."""
         responses = []
         for r in body.get("resources", []):
             rtype, rname = r["resource_type"], r["resource_name"]
             res: dict[str, Any] = {"error_code": E.NONE, "error_message": None, "resource_type": rtype,
                                    "resource_name": rname}
             try:
-                names = [c["name"] for c in r.get("configs", [])]
-                if len(set(names)) != len(names):
-                    raise InvalidRequestError(f"Duplicate config keys in the request for {rname}: {names}")
-                if rtype == RESOURCE_BROKER:
-                    self._refuse_broker_configs(rname, names)
-                elif rtype != RESOURCE_TOPIC:
-                    raise InvalidRequestError(f"Unsupported resource type {rtype}")
-                else:
-                    if rname not in self.replicas.metadata.topics:
-                        raise UnknownTopicOrPartitionError(f"The topic '{rname}' does not exist.")
-                    configs: dict[str, str] = {}
-                    for c in r.get("configs", []):
-                        # a null value leaves the key at its default, as Kafka's legacy path does
-                        op = OP_SET if c.get("value") is not None else OP_DELETE
-                        configs = self._apply_config_op(configs, c["name"], op, c.get("value"))
-                    self.admin.alter_topic_configs(rname, configs, validate_only)
+                alter(rtype, rname, r)
             except KafkaliteError as exc:
                 res.update(error_code=error_code_of(exc), error_message=str(exc))
             responses.append(res)
@@ -513,26 +523,20 @@ class KafkaApis:
     async def incremental_alter_configs(self, h: RequestHeader, body: dict[str, Any], _host: str
                                         ) -> dict[str, Any]:
         validate_only = body.get("validate_only", False)
-        responses = []
-        for r in body.get("resources", []):
-            rtype, rname = r["resource_type"], r["resource_name"]
-            res: dict[str, Any] = {"error_code": E.NONE, "error_message": None, "resource_type": rtype,
-                                   "resource_name": rname}
-            try:
-                if rtype != RESOURCE_TOPIC:
-                    raise InvalidRequestError("kafkalite has no dynamic broker configs; change server.properties "
-                                              "and restart")
-                info = self.replicas.metadata.get(rname)
-                if info is None:
-                    raise UnknownTopicOrPartitionError(f"The topic '{rname}' does not exist.")
-                configs = dict(info.configs)
-                for c in r.get("configs", []):
-                    configs = self._apply_config_op(configs, c["name"], c["config_operation"], c.get("value"))
-                self.admin.alter_topic_configs(rname, configs, validate_only)
-            except KafkaliteError as exc:
-                res.update(error_code=error_code_of(exc), error_message=str(exc))
-            responses.append(res)
-        return {"throttle_time_ms": 0, "responses": responses}
+
+        def alter(rtype: int, rname: str, r: dict[str, Any]) -> None:
+            if rtype != RESOURCE_TOPIC:
+                raise InvalidRequestError("kafkalite has no dynamic broker configs; change server.properties "
+                                          "and restart")
+            info = self.replicas.metadata.get(rname)
+            if info is None:
+                raise UnknownTopicOrPartitionError(f"The topic '{rname}' does not exist.")
+            configs = dict(info.configs)
+            for c in r.get("configs", []):
+                configs = self._apply_config_op(configs, c["name"], c["config_operation"], c.get("value"))
+            self.admin.alter_topic_configs(rname, configs, validate_only)
+
+        return self._per_resource(body, alter)
 
     def _apply_config_op(self, configs: dict[str, str], name: str, op: int, value: str | None) -> dict[str, str]:
         d = CONFIGS_BY_NAME.get(name)
