@@ -14,7 +14,9 @@ replaces the handlers of KafkaApis that a single broker answers alone:
   of the replication reference) and then applied to the local logs and the cache.
 After a lost ZooKeeper session the broker registers again (a new broker epoch) and re-runs the election.
 
-Data is not replicated yet: a partition's records are on its leader only (docs/cluster.md).
+Followers fetch from their leaders through broker/replica_fetcher.py: LeaderAndIsr adds a partition this
+broker follows to the fetcher of its leader (at the leader's inter-broker listener) and removes one it leads;
+StopReplica removes it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from kafkalite.broker.apis import CloseConnection, KafkaApis
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import INTERNAL_TOPICS, validate_topic_name, write_partition_topic_id
 from kafkalite.broker.partition import Partition
+from kafkalite.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
 from kafkalite.cluster import znodes as z
 from kafkalite.cluster.assignment import assign_replicas
@@ -91,7 +94,7 @@ class ClusterNode:
         self.cache = MetadataCache(self.listener)
         self.controller = Controller(self.store, self.node_id,
                                      ControllerSettings(config.get("unclean.leader.election.enable"),
-                                                        self.listener),
+                                                        config.inter_broker_listener().name),
                                      topic_unclean=self._topic_unclean)
         self.broker_epoch = -1
         self._pid_block: z.ProducerIdBlock | None = None
@@ -104,6 +107,9 @@ class ClusterNode:
         self._seen_changes: set[str] = set()
         self._changes_primed = False
         self._config_tasks: set[asyncio.Task[None]] = set()
+        self.fetchers = ReplicaFetcherManager(FetcherSettings.from_config(config),
+                                              lambda t, p: replicas.partitions.get((t, p)),
+                                              replicas.io_failed)
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -136,6 +142,7 @@ class ClusterNode:
         await self._sync_local_configs()
 
     async def stop(self) -> None:
+        await self.fetchers.stop()
         await self.controller.stop()
         await self.store.close()
 
@@ -208,6 +215,7 @@ class ClusterNode:
             log.warning("Refused LeaderAndIsr from controller %d: %s", body["controller_id"], exc)
             return {"error_code": exc.error_code, "partition_errors": [], "topics": []}
         self.cache.controller_epoch = max(self.cache.controller_epoch, body["controller_epoch"])
+        self.fetchers.learn_leaders(body.get("live_leaders", []))
         grouped = [(t["topic_name"], t.get("topic_id"), t["partition_states"]) for t in body.get("topic_states", [])]
         for s in body.get("ungrouped_partition_states", []):
             grouped.append((s["topic_name"], None, [s]))
@@ -242,7 +250,10 @@ class ClusterNode:
                 return E.INCONSISTENT_TOPIC_ID
         try:
             configs = await self.store.topic_config(topic)
+            self.fetchers.remove_partition(topic, p)  # before the role changes off the loop (Kafka's order)
             await asyncio.to_thread(self._ensure_local, topic, topic_id, p, configs, s)
+            if s["leader"] != self.node_id:
+                self.fetchers.add_partition(self.replicas.partitions[(topic, p)])
         except (KafkaliteError, OSError) as exc:
             log.error("Cannot host %s-%d: %s", topic, p, exc)
             if topic == OFFSETS_TOPIC and self.offsets_leadership is not None:
@@ -301,6 +312,7 @@ class ClusterNode:
             if epoch >= 0 and epoch <= ours:
                 errors.append({"topic_name": topic, "partition_index": p, "error_code": E.FENCED_LEADER_EPOCH})
                 continue
+            self.fetchers.remove_partition(topic, p)
             if delete:
                 await asyncio.to_thread(self._delete_local, topic, p)
             else:  # no longer served here: clients are sent back to the metadata

@@ -70,6 +70,8 @@ class BrokerConfig:
         if given:
             check_plaintext(parse_listeners(given, "advertised.listeners"), protocols, "advertised.listeners")
         self._check_log_dirs()
+        if self.get("zookeeper.connect"):
+            self.inter_broker_listener()
         if self.get("group.min.session.timeout.ms") > self.get("group.max.session.timeout.ms"):
             raise InvalidConfigError(f"Invalid value {self.get('group.min.session.timeout.ms')} for configuration "
                                      "group.min.session.timeout.ms: must not exceed group.max.session.timeout.ms "
@@ -98,6 +100,9 @@ class BrokerConfig:
                 out.append(registry.unknown_key_warning(name))
             elif key.effect == "none":
                 out.append(registry.no_effect_warning(name))
+        if self.get("num.replica.fetchers") != 1:
+            out.append(f"num.replica.fetchers={self.get('num.replica.fetchers')} has no effect: kafkalite runs one "
+                       "fetcher task per source broker, as num.replica.fetchers=1")
         return out
 
     @property
@@ -117,6 +122,21 @@ class BrokerConfig:
         chosen = parse_listeners(given, "advertised.listeners") if given else self.listeners()
         return [Listener(li.name, "127.0.0.1" if li.host in ("", "0.0.0.0", "::") else li.host, li.port)
                 for li in chosen]
+
+    def inter_broker_listener(self) -> Listener:
+        """The advertised listener other brokers reach this one on (Kafka's interBrokerListenerName):
+        inter.broker.listener.name, else the listener named as security.inter.broker.protocol. Refused,
+        naming the key, when it is not advertised (as Kafka refuses at start-up)."""
+        name = self.get("inter.broker.listener.name")
+        key = "inter.broker.listener.name"
+        if not name:
+            name, key = self.get("security.inter.broker.protocol").upper(), "security.inter.broker.protocol"
+        adv = self.advertised()
+        for li in adv:
+            if li.name == name:
+                return li
+        raise InvalidConfigError(f"Invalid value {name} for configuration {key}: the inter-broker listener must be "
+                                 f"one of advertised.listeners ({', '.join(li.name for li in adv)})")
 
     def log_config(self) -> LogConfig:
         """Topic defaults from the broker-level names (`log.segment.bytes` -> `segment.bytes`, ...)."""

@@ -204,3 +204,40 @@ class Partition:
             if not isinstance(exc, OffsetOutOfRangeError):
                 r.high_watermark = r.last_stable_offset = r.log_start_offset = -1
         return r
+
+    # --- follower side (helper C; driven by broker/replica_fetcher.py) -------------------------------
+    # Everything below runs on the broker's event loop, for a partition this broker follows. The fetcher
+    # checks the leader epoch around each call, so none of these is ever applied for a leadership that was
+    # replaced while its request was in flight.
+
+    def append_records_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Append the leader's batches as they are (Kafka's Partition.appendRecordsToFollowerOrFutureReplica):
+        offsets and partition leader epochs kept, the epoch cache and producer state updated from them, so
+        this replica can lead later and still deduplicate idempotent retries. Only whole batches are
+        appended; a truncated last batch of the fetch response is fetched again. OSError propagates."""
+        return self.log.append_as_follower(records)
+
+    def truncate_to(self, offset: int) -> bool:
+        """Drop everything at and above `offset` (§4.3 step 4): epoch cache, producer state and HW follow."""
+        return self.log.truncate_to(offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and restart it at `offset`: the leader's log start is past everything held here."""
+        self.log.truncate_fully_and_start_at(offset)
+
+    def update_follower_high_watermark(self, leader_hw: int) -> bool:
+        """Follower HW := min(leader's HW, own LEO), only forward (Kafka 3.x maybeUpdateHighWatermark: a new
+        leader may answer with an older HW than the one already learnt); True when it moved. Truncation is
+        what lowers it."""
+        new_hw = min(leader_hw, self.log.log_end_offset)
+        if new_hw <= self.log.high_watermark:
+            return False
+        self.log.update_high_watermark(new_hw)
+        return True
+
+    def maybe_update_log_start_offset(self, leader_log_start: int) -> bool:
+        """Log start := max(own, leader's), as far as this replica's HW allows (the rest waits for the next
+        fetch, once the HW caught up); True when it moved."""
+        if leader_log_start <= self.log.log_start_offset or leader_log_start > self.log.high_watermark:
+            return False
+        return self.log.maybe_increment_log_start_offset(leader_log_start, "leader offset increment")

@@ -475,7 +475,8 @@ class Controller:
             self.channels.send(b, ApiKey.LEADER_AND_ISR, LEADER_AND_ISR_VERSION, body, self._check_response)
 
     def _live_leader(self, b: int) -> dict[str, Any]:
-        ep = self.live[b].endpoint()
+        reg = self.live[b]
+        ep = next((e for e in reg.endpoints if e.listener == self.settings.listener), reg.endpoint())
         return {"broker_id": b, "host_name": ep.host, "port": ep.port}
 
     def _update_metadata(self, targets: Mapping[int, BrokerRegistration], partitions: Iterable[TopicPartition],

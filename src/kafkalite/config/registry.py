@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,15 @@ def _codec(v: Any) -> str | None:
 
 def _plaintext(v: Any) -> str | None:
     return None if v.upper() == "PLAINTEXT" else NOT_IMPLEMENTED
+
+
+def _ibp(v: Any) -> str | None:
+    """inter.broker.protocol.version: Kafka's MAJOR.MINOR[-IVn] names from 2.3 (replica_id in
+    OffsetsForLeaderEpoch, the oldest protocol a kafkalite follower speaks)."""
+    m = re.fullmatch(r"(\d+)\.(\d+)(?:\.\d+)?(?:-IV\d+)?", str(v).strip())
+    if m is None:
+        return "Value must be a version such as 2.8 or 3.6-IV2"
+    return None if (int(m[1]), int(m[2])) >= (2, 3) else "Versions below 2.3 are not supported"
 
 
 def _load_factor(v: Any) -> str | None:
@@ -94,6 +104,21 @@ _BROKER: tuple[BrokerKey, ...] = (
     _k("socket.request.max.bytes", "int", 104857600, "largest request accepted", at_least(1)),
     _k("connections.max.idle.ms", "long", 600000, "close connections idle this long", at_least(1)),
     _k("fetch.max.bytes", "int", 57671680, "most bytes one fetch response returns", at_least(0)),
+    _k("inter.broker.listener.name", "str", "", "the advertised listener followers and the controller connect "
+       "to (default: the one named as security.inter.broker.protocol)"),
+    _k("inter.broker.protocol.version", "str", "3.6", "protocol between brokers: below 2.7 followers truncate "
+       "through OffsetsForLeaderEpoch instead of the Fetch response (KIP-595's truncate-on-fetch)", _ibp),
+    # replication: the follower side (broker/replica_fetcher.py)
+    _k("num.replica.fetchers", "int", 1, "fetcher tasks per source broker (only 1: one asyncio task each)",
+       at_least(1)),
+    _k("replica.fetch.wait.max.ms", "int", 500, "how long a follower's fetch waits at the leader", at_least(0)),
+    _k("replica.fetch.min.bytes", "int", 1, "bytes a follower's fetch waits for", at_least(1)),
+    _k("replica.fetch.max.bytes", "int", 1048576, "bytes per partition in a follower's fetch", at_least(0)),
+    _k("replica.fetch.response.max.bytes", "int", 10485760, "bytes in a follower's whole fetch response",
+       at_least(0)),
+    _k("replica.fetch.backoff.ms", "int", 1000, "a follower's pause after a fetch error", at_least(0)),
+    _k("replica.socket.timeout.ms", "int", 30000, "a follower's timeout for one request to its leader",
+       at_least(1)),
     # topics
     _k("num.partitions", "int", 1, "partitions of auto-created topics", at_least(1)),
     _k("default.replication.factor", "int", 1, "replication factor of auto-created topics", at_least(1)),
@@ -161,13 +186,10 @@ _NO_EFFECT: tuple[BrokerKey, ...] = (
     _none("controller.quorum.voters", "kafkalite is a single broker without a KRaft quorum"),
     _none("controller.quorum.bootstrap.servers", "kafkalite is a single broker without a KRaft quorum"),
     _none("controller.listener.names", "kafkalite is a single broker without a KRaft quorum"),
-    _none("inter.broker.listener.name", "kafkalite is a single broker"),
-    _none("inter.broker.protocol.version", "kafkalite speaks the current protocol"),
     _none("log.message.format.version", "record batches are always written in format v2"),
     _none("auto.leader.rebalance.enable", "preferred-leader rebalancing is not implemented yet"),
     _none("controlled.shutdown.enable", "controlled shutdown is not implemented yet: a stopping broker's "
           "partitions move when its ZooKeeper session ends"),
-    _none("num.replica.fetchers", "kafkalite is a single broker: no replication"),
     _none("replica.lag.time.max.ms", "kafkalite is a single broker: no replication"),
     _none("transaction.state.log.replication.factor", "transactions are not implemented yet"),
     _none("transaction.state.log.min.isr", "transactions are not implemented yet"),

@@ -1,0 +1,556 @@
+"""The follower side of replication (Kafka's ReplicaFetcherManager, ReplicaFetcherThread, AbstractFetcherThread).
+
+One asyncio task per source (leader) broker: the partitions this broker follows on that leader share one
+sessionless Fetch request (v12: `replica_id` = this broker, `current_leader_epoch`, `last_fetched_epoch`,
+`log_start_offset`, fetch offset = the local log end). The answer is appended as follower (the leader's
+offsets and epochs kept, producer state rebuilt), the follower HW becomes min(leader HW, LEO) and the log
+start follows the leader's. Errors as the reference's §3.2: FENCED_LEADER_EPOCH parks the partition until
+the next LeaderAndIsr; retriable errors and lost connections back off `replica.fetch.backoff.ms`;
+KAFKA_STORAGE_ERROR or a local failure marks the partition failed (a local OSError first takes its log dir
+offline through the LogManager).
+
+Truncation (KIP-101/279, §4.3) has one home, `truncation_offset`. Which question feeds it follows Kafka
+2.8/3.x (AbstractFetcherThread.addPartitions): a log with a leader epoch starts *fetching* at its LEO with
+`last_fetched_epoch`, and the leader's `diverging_epoch` answer drives truncation; iteration (KIP-279) is
+the next fetch with the new last epoch. A log without epochs starts *truncating* to its HW. When
+`inter.broker.protocol.version` is below 2.7 (Kafka's isTruncationOnFetchSupported) a partition with
+epochs starts truncating through OffsetsForLeaderEpoch instead, asking again until the answer completes,
+and fetches with v11 (no `last_fetched_epoch`). OFFSET_OUT_OF_RANGE asks the leader's log end and start
+with ListOffsets (§4.4).
+
+Everything that touches a log runs on the event loop between awaits, as the broker's leader appends do, and
+only after checking that the partition still follows the same leader at the same epoch as when the request
+left: LeaderAndIsr removes a partition from its fetcher before changing its role, so a stale answer is
+dropped rather than applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafkalite.broker.partition import Partition
+from kafkalite.errors import CorruptRecordError, KafkaliteError
+from kafkalite.protocol import ApiKey, ErrorCode
+from kafkalite.protocol.connection import ClientConnection
+from kafkalite.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+
+log = logging.getLogger("kafkalite.broker.replica_fetcher")
+
+E = ErrorCode
+FETCH_VERSION = 12  # the highest kafkalite serves (protocol/messages/fetch.py); truncate-on-fetch needs 12
+FETCH_VERSION_NO_TRUNCATION = 11  # what an IBP below 2.7 sends
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+LIST_OFFSETS_VERSION = 7
+LATEST, EARLIEST = -1, -2
+RETRIABLE = {E.UNKNOWN_LEADER_EPOCH, E.NOT_LEADER_OR_FOLLOWER, E.UNKNOWN_TOPIC_OR_PARTITION, E.LEADER_NOT_AVAILABLE,
+             E.REQUEST_TIMED_OUT, E.NOT_ENOUGH_REPLICAS, E.OFFSET_NOT_AVAILABLE}
+
+TopicPartition = tuple[str, int]
+EndOffsetFor = Callable[[int], tuple[int, int]]
+
+
+# --- §4.3: the one truncation decision -------------------------------------------------------------------
+
+def truncation_offset(leader_epoch: int, leader_end: int, local_end_offset_for: EndOffsetFor, local_leo: int,
+                      high_watermark: int) -> tuple[int, bool]:
+    """Where a follower truncates given the leader's (epoch, end offset) for the epoch it asked about or
+    last fetched (Kafka's AbstractFetcherThread.getOffsetTruncationState, 2.8/3.x): (offset, done).
+    `local_end_offset_for` is the follower's own LeaderEpochCache.end_offset_for at its LEO. Not done means
+    the follower never had the leader's epoch: it truncates to the end of its own largest epoch below and
+    asks again with its new latest epoch (KIP-279), until both histories agree."""
+    if leader_end == UNDEFINED_EPOCH_OFFSET:  # the leader knows no such epoch: back to the initial offset
+        return min(high_watermark, local_leo), True
+    if leader_epoch == UNDEFINED_EPOCH:  # a pre-KIP-279 answer: the offset alone
+        return min(leader_end, local_leo), True
+    f_epoch, f_end = local_end_offset_for(leader_epoch)
+    if f_end == UNDEFINED_EPOCH_OFFSET:  # every epoch here is older than the leader's answer
+        return min(leader_end, local_leo), True
+    if f_epoch != leader_epoch:
+        return min(f_end, local_leo), False
+    return min(leader_end, f_end, local_leo), True
+
+
+# --- fetch state ------------------------------------------------------------------------------------------
+
+@dataclass
+class FetcherSettings:
+    node_id: int
+    wait_max_ms: int = 500
+    min_bytes: int = 1
+    max_bytes: int = 1048576
+    response_max_bytes: int = 10485760
+    backoff_ms: int = 1000
+    socket_timeout_ms: int = 30000
+    truncate_on_fetch: bool = True
+
+    @classmethod
+    def from_config(cls, config: Any) -> FetcherSettings:
+        return cls(config.node_id, config.get("replica.fetch.wait.max.ms"), config.get("replica.fetch.min.bytes"),
+                   config.get("replica.fetch.max.bytes"), config.get("replica.fetch.response.max.bytes"),
+                   config.get("replica.fetch.backoff.ms"), config.get("replica.socket.timeout.ms"),
+                   truncation_on_fetch_supported(config.get("inter.broker.protocol.version")))
+
+
+def truncation_on_fetch_supported(ibp: str) -> bool:
+    """Kafka's MetadataVersion.isTruncationOnFetchSupported: IBP 2.7-IV1 and later (2.7 is taken as 2.7-IV1)."""
+    m = re.match(r"(\d+)\.(\d+)", ibp.strip())
+    return m is not None and (int(m[1]), int(m[2])) >= (2, 7)
+
+
+@dataclass
+class PartitionFetchState:
+    """What the fetcher knows of one followed partition (Kafka's PartitionFetchState)."""
+
+    topic: str
+    partition: int
+    leader_epoch: int  # from LeaderAndIsr: sent as current_leader_epoch; the identity of this follow-ship
+    fetch_offset: int
+    last_fetched_epoch: int = UNDEFINED_EPOCH
+    truncating: bool = False  # Truncating phase: settle the log's end with the leader before fetching
+    delayed_until: float = 0.0  # monotonic seconds; backoff after an error
+    stopped: str = ""  # why it is not fetched until the next LeaderAndIsr (fenced, failed), "" while active
+
+    def ready(self, now: float) -> bool:
+        return not self.stopped and now >= self.delayed_until
+
+
+class _Disconnected(Exception):
+    pass
+
+
+@dataclass
+class ReplicaFetcher:
+    """One leader's fetcher task and the partitions it fetches."""
+
+    leader_id: int
+    host: str
+    port: int
+    manager: ReplicaFetcherManager
+    partitions: dict[TopicPartition, PartitionFetchState] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    _conn: ClientConnection | None = None
+    _reader: asyncio.StreamReader | None = None
+    _writer: asyncio.StreamWriter | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"replica-fetcher-{self.manager.settings.node_id}-from-{self.leader_id}")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.wait([self.task], timeout=5)
+        self._disconnect()
+
+    # --- connection (framing in protocol/connection.py) ------------------------------------------------
+
+    async def _connect(self) -> None:
+        timeout = self.manager.settings.socket_timeout_ms / 1000
+        async with asyncio.timeout(timeout):
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        self._conn = ClientConnection(f"replica-fetcher-{self.manager.settings.node_id}")
+
+    def _disconnect(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = self._conn = None
+
+    async def _request(self, api: ApiKey, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        """One request and its answer; any failure of the connection raises _Disconnected."""
+        try:
+            if self._writer is None:
+                await self._connect()
+            assert self._conn is not None and self._reader is not None and self._writer is not None
+            _cid, frame = self._conn.send_request(api, version, body)
+            self._writer.write(frame)
+            async with asyncio.timeout(self.manager.settings.socket_timeout_ms / 1000):
+                await self._writer.drain()
+                while True:
+                    data = await self._reader.read(1 << 20)
+                    if not data:
+                        raise ConnectionError("the leader closed the connection")
+                    answers = self._conn.feed(data)
+                    if answers:
+                        return answers[0][1]
+        except (OSError, EOFError, TimeoutError, KafkaliteError) as exc:
+            self._disconnect()
+            raise _Disconnected(f"{type(exc).__name__}: {exc}") from exc
+
+    # --- the loop --------------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = self.manager.settings.backoff_ms / 1000
+        while True:
+            try:
+                now = time.monotonic()
+                ready = [st for st in self.partitions.values() if st.ready(now)]
+                if not ready:
+                    await self._idle(now)
+                    continue
+                truncating = [st for st in ready if st.truncating]
+                if truncating:
+                    await self._truncate_phase(truncating)
+                    continue
+                await self._fetch(ready)
+            except _Disconnected as exc:
+                log.info("Broker %d lost its connection to leader %d at %s:%d (%s); retrying in %.1f s",
+                         self.manager.settings.node_id, self.leader_id, self.host, self.port, exc, backoff)
+                self._back_off(list(self.partitions.values()))
+                await asyncio.sleep(backoff)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("The fetcher of broker %d from leader %d failed; retrying", self.manager.settings.node_id,
+                              self.leader_id)
+                self._back_off(list(self.partitions.values()))
+                await asyncio.sleep(backoff)
+
+    async def _idle(self, now: float) -> None:
+        self.changed.clear()
+        waits = [st.delayed_until - now for st in self.partitions.values() if not st.stopped]
+        timeout = max(0.0, min(waits)) if waits else None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self.changed.wait()
+
+    def _back_off(self, states: list[PartitionFetchState]) -> None:
+        until = time.monotonic() + self.manager.settings.backoff_ms / 1000
+        for st in states:
+            st.delayed_until = until
+
+    def _current(self, st: PartitionFetchState) -> Partition | None:
+        """The partition, if `st` still describes this broker's follow-ship of it (same state object, same
+        leader and epoch): anything else means a LeaderAndIsr or StopReplica came while a request was out."""
+        key = (st.topic, st.partition)
+        if self.partitions.get(key) is not st or st.stopped:
+            return None
+        part = self.manager.partition(st.topic, st.partition)
+        if part is None or part.leader_id != self.leader_id or part.leader_epoch != st.leader_epoch:
+            return None
+        return part
+
+    # --- fetch -----------------------------------------------------------------------------------------
+
+    async def _fetch(self, states: list[PartitionFetchState]) -> None:
+        s = self.manager.settings
+        version = FETCH_VERSION if s.truncate_on_fetch else FETCH_VERSION_NO_TRUNCATION
+        topics: dict[str, list[dict[str, Any]]] = {}
+        sent: dict[TopicPartition, tuple[PartitionFetchState, int]] = {}
+        for st in states:
+            part = self._current(st)
+            if part is None:
+                continue
+            topics.setdefault(st.topic, []).append({
+                "partition": st.partition, "current_leader_epoch": st.leader_epoch, "fetch_offset": st.fetch_offset,
+                "last_fetched_epoch": st.last_fetched_epoch if s.truncate_on_fetch else UNDEFINED_EPOCH,
+                "log_start_offset": part.log.log_start_offset, "partition_max_bytes": s.max_bytes})
+            sent[(st.topic, st.partition)] = (st, st.fetch_offset)
+        if not sent:
+            return
+        body = {"replica_id": s.node_id, "max_wait_ms": s.wait_max_ms, "min_bytes": s.min_bytes,
+                "max_bytes": s.response_max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()], "forgotten_topics_data": [],
+                "rack_id": ""}
+        resp = await self._request(ApiKey.FETCH, version, body)
+        if resp.get("error_code", 0):
+            log.warning("Leader %d refused the fetch of broker %d with error %s", self.leader_id, s.node_id,
+                        _name(resp["error_code"]))
+            self._back_off([st for st, _ in sent.values()])
+            return
+        out_of_range: list[PartitionFetchState] = []
+        for t in resp.get("responses", []):
+            for pr in t.get("partitions", []):
+                got = sent.get((t["topic"], pr["partition_index"]))
+                if got is None:
+                    continue
+                st, offset = got
+                if self._process(st, offset, pr):
+                    out_of_range.append(st)
+        for st in out_of_range:
+            await self._out_of_range(st)
+
+    def _process(self, st: PartitionFetchState, offset: int, pr: dict[str, Any]) -> bool:
+        """One partition of a fetch response (ReplicaFetcherThread.processPartitionData and the error cases
+        of AbstractFetcherThread.processFetchRequest); True when it needs the §4.4 out-of-range path."""
+        part = self._current(st)
+        if part is None or st.fetch_offset != offset or part.log_end_offset != offset:
+            return False  # the state changed meanwhile: the data is for a fetch nobody wants any more
+        code = pr["error_code"]
+        if code == E.NONE:
+            div = pr.get("diverging_epoch") or {}
+            if div.get("epoch", -1) >= 0 or div.get("end_offset", -1) >= 0:
+                self._truncate(st, part, div["epoch"], div["end_offset"])
+                return False
+            try:
+                self._append(st, part, pr)
+            except OSError as exc:
+                self.manager.storage_failed(st, exc)
+            except CorruptRecordError as exc:
+                log.warning("Corrupt records from leader %d for %s-%d at %d (%s); fetching again", self.leader_id,
+                            st.topic, st.partition, offset, exc)
+                self._back_off([st])
+            except KafkaliteError as exc:
+                log.error("Broker %d cannot append the records of leader %d for %s-%d at %d: %s; the partition "
+                          "is marked failed", self.manager.settings.node_id, self.leader_id, st.topic, st.partition,
+                          offset, exc)
+                st.stopped = "failed"
+            return False
+        if code == E.OFFSET_OUT_OF_RANGE:
+            return True
+        if code == E.FENCED_LEADER_EPOCH:
+            log.info("Leader %d fenced the fetch of %s-%d at epoch %d: it waits for a newer LeaderAndIsr",
+                     self.leader_id, st.topic, st.partition, st.leader_epoch)
+            st.stopped = "fenced"
+        elif code == E.KAFKA_STORAGE_ERROR:
+            log.error("Leader %d has a storage error on %s-%d: the partition is marked failed", self.leader_id,
+                      st.topic, st.partition)
+            st.stopped = "failed"
+        else:
+            if code not in RETRIABLE:
+                log.warning("Error %s fetching %s-%d from leader %d; retrying", _name(code), st.topic, st.partition,
+                            self.leader_id)
+            self._back_off([st])
+        return False
+
+    def _append(self, st: PartitionFetchState, part: Partition, pr: dict[str, Any]) -> None:
+        records = pr.get("records")
+        if records:
+            info = part.append_records_as_follower(records)
+            if info.last_offset >= 0:
+                st.fetch_offset = part.log_end_offset
+                if info.last_leader_epoch >= 0:
+                    st.last_fetched_epoch = info.last_leader_epoch
+        part.update_follower_high_watermark(pr["high_watermark"])
+        if pr.get("log_start_offset", -1) >= 0:
+            part.maybe_update_log_start_offset(pr["log_start_offset"])
+
+    # --- truncation (§4.3) -----------------------------------------------------------------------------
+
+    def _truncate(self, st: PartitionFetchState, part: Partition, leader_epoch: int, leader_end: int) -> None:
+        """Apply the leader's (epoch, end offset) through `truncation_offset`; not done -> keep asking: by the
+        next fetch's last_fetched_epoch, or (no truncate-on-fetch) by OffsetsForLeaderEpoch."""
+        lg = part.log
+        offset, done = truncation_offset(leader_epoch, leader_end,
+                                         lambda e: lg.leader_epoch_cache.end_offset_for(e, lg.log_end_offset),
+                                         lg.log_end_offset, lg.high_watermark)
+        try:
+            if offset < lg.high_watermark:
+                log.warning("Truncating %s-%d to %d, below its high watermark %d (leader %d answered epoch %d end "
+                            "%d)", st.topic, st.partition, offset, lg.high_watermark, self.leader_id, leader_epoch,
+                            leader_end)
+            if part.truncate_to(offset):
+                log.info("Truncated %s-%d to %d after leader %d answered epoch %d end %d", st.topic, st.partition,
+                         offset, self.leader_id, leader_epoch, leader_end)
+        except OSError as exc:
+            self.manager.storage_failed(st, exc)
+            return
+        st.fetch_offset = lg.log_end_offset
+        latest = lg.latest_epoch
+        st.last_fetched_epoch = UNDEFINED_EPOCH if latest is None else latest
+        st.truncating = not done and not self.manager.settings.truncate_on_fetch
+
+    async def _truncate_phase(self, states: list[PartitionFetchState]) -> None:
+        """The Truncating phase (AbstractFetcherThread.maybeTruncate): partitions without epochs go back to
+        their HW; the others ask OffsetsForLeaderEpoch for their latest epoch."""
+        asking: dict[TopicPartition, tuple[PartitionFetchState, int]] = {}
+        for st in states:
+            part = self._current(st)
+            if part is None:
+                continue
+            latest = part.log.latest_epoch
+            if latest is None:
+                hw = part.log.high_watermark
+                try:
+                    part.truncate_to(hw)
+                except OSError as exc:
+                    self.manager.storage_failed(st, exc)
+                    continue
+                st.fetch_offset, st.truncating = part.log_end_offset, False
+            else:
+                asking[(st.topic, st.partition)] = (st, latest)
+        if not asking:
+            return
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, p), (st, latest) in asking.items():
+            topics.setdefault(topic, []).append({"partition": p, "current_leader_epoch": st.leader_epoch,
+                                                 "leader_epoch": latest})
+            log.info("Broker %d asks leader %d through OffsetsForLeaderEpoch where epoch %d of %s-%d ends",
+                     self.manager.settings.node_id, self.leader_id, latest, topic, p)
+        resp = await self._request(ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, {
+            "replica_id": self.manager.settings.node_id,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
+        for t in resp.get("topics", []):
+            for pr in t.get("partitions", []):
+                got = asking.get((t["topic"], pr["partition"]))
+                if got is None:
+                    continue
+                st, latest = got
+                part = self._current(st)
+                if part is None or part.log.latest_epoch != latest:
+                    continue
+                code = pr["error_code"]
+                if code == E.NONE:
+                    self._truncate(st, part, pr["leader_epoch"], pr["end_offset"])
+                elif code == E.FENCED_LEADER_EPOCH:
+                    st.stopped = "fenced"
+                elif code == E.KAFKA_STORAGE_ERROR:
+                    st.stopped = "failed"
+                else:
+                    self._back_off([st])
+
+    # --- out of range (§4.4) ---------------------------------------------------------------------------
+
+    async def _leader_offset(self, st: PartitionFetchState, timestamp: int) -> int | None:
+        resp = await self._request(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, {
+            "replica_id": self.manager.settings.node_id, "isolation_level": 0,
+            "topics": [{"name": st.topic, "partitions": [{"partition_index": st.partition,
+                                                          "current_leader_epoch": st.leader_epoch,
+                                                          "timestamp": timestamp}]}]})
+        for t in resp.get("topics", []):
+            for pr in t.get("partitions", []):
+                if pr["partition_index"] != st.partition:
+                    continue
+                if pr["error_code"] == E.FENCED_LEADER_EPOCH:
+                    st.stopped = "fenced"
+                elif pr["error_code"]:
+                    self._back_off([st])
+                else:
+                    return int(pr["offset"])
+        return None
+
+    async def _out_of_range(self, st: PartitionFetchState) -> None:
+        """AbstractFetcherThread.fetchOffsetAndTruncate: behind the leader's log end only after an unclean
+        election (truncate to it); otherwise restart at the leader's log start when that is past ours."""
+        leader_end = await self._leader_offset(st, LATEST)
+        part = self._current(st)
+        if leader_end is None or part is None:
+            return
+        try:
+            if leader_end < part.log_end_offset:
+                log.warning("Leader %d's log end %d of %s-%d is below this replica's %d (unclean election?): "
+                            "truncating", self.leader_id, leader_end, st.topic, st.partition, part.log_end_offset)
+                part.truncate_to(leader_end)
+            else:
+                leader_start = await self._leader_offset(st, EARLIEST)
+                part = self._current(st)
+                if leader_start is None or part is None:
+                    return
+                if leader_start > part.log_end_offset:
+                    log.info("%s-%d: leader %d's log starts at %d, past this replica's end %d: starting over there",
+                             st.topic, st.partition, self.leader_id, leader_start, part.log_end_offset)
+                    part.truncate_fully_and_start_at(leader_start)
+        except OSError as exc:
+            self.manager.storage_failed(st, exc)
+            return
+        st.fetch_offset = part.log_end_offset
+        latest = part.log.latest_epoch
+        st.last_fetched_epoch = UNDEFINED_EPOCH if latest is None else latest
+
+
+class ReplicaFetcherManager:
+    """The fetchers of this broker by leader id (Kafka's ReplicaFetcherManager with num.replica.fetchers=1).
+
+    `add_partition` / `remove_partition` are called from LeaderAndIsr and StopReplica handling on the event
+    loop; `learn_leaders` takes the leaders' inter-broker endpoints that LeaderAndIsr carries."""
+
+    def __init__(self, settings: FetcherSettings, partition: Callable[[str, int], Partition | None],
+                 storage_failed: Callable[[str, int, OSError], object]) -> None:
+        self.settings = settings
+        self.partition = partition
+        self._storage_failed = storage_failed
+        self.endpoints: dict[int, tuple[str, int]] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+
+    def learn_leaders(self, live_leaders: list[dict[str, Any]]) -> None:
+        for ll in live_leaders:
+            self.endpoints[ll["broker_id"]] = (ll["host_name"], ll["port"])
+
+    def fetch_state(self, topic: str, partition: int) -> PartitionFetchState | None:
+        for f in self.fetchers.values():
+            st = f.partitions.get((topic, partition))
+            if st is not None:
+                return st
+        return None
+
+    def add_partition(self, part: Partition) -> None:
+        """Fetch `part` from its leader (after make_follower), from the local log end with its latest epoch
+        when it has one and truncate-on-fetch is on, else through the Truncating phase. A partition already
+        fetched from the same leader at the same epoch keeps its state."""
+        key = (part.topic, part.partition)
+        leader = part.leader_id
+        old = self.fetch_state(*key)
+        if old is not None and old.leader_epoch == part.leader_epoch and key in self._fetcher_of(leader):
+            return
+        self.remove_partition(*key)
+        if leader < 0:
+            return
+        address = self.endpoints.get(leader)
+        if address is None:
+            log.error("Broker %d follows %s-%d but knows no address of its leader %d", self.settings.node_id,
+                      part.topic, part.partition, leader)
+            return
+        fetcher = self.fetchers.get(leader)
+        if fetcher is not None and (fetcher.host, fetcher.port) != address:
+            moved = list(fetcher.partitions.values())
+            self._close(leader)
+            fetcher = None
+        else:
+            moved = []
+        if fetcher is None:
+            fetcher = self.fetchers[leader] = ReplicaFetcher(leader, address[0], address[1], self)
+            fetcher.start()
+            for st in moved:
+                fetcher.partitions[(st.topic, st.partition)] = st
+        lg = part.log
+        latest = lg.latest_epoch
+        if latest is not None and self.settings.truncate_on_fetch:
+            st = PartitionFetchState(part.topic, part.partition, part.leader_epoch, lg.log_end_offset, latest)
+        else:
+            st = PartitionFetchState(part.topic, part.partition, part.leader_epoch, lg.log_end_offset,
+                                     truncating=True)
+        fetcher.partitions[key] = st
+        fetcher.changed.set()
+        log.info("Broker %d fetches %s-%d from leader %d at epoch %d from offset %d%s", self.settings.node_id,
+                 part.topic, part.partition, leader, part.leader_epoch, lg.log_end_offset,
+                 " after truncating" if st.truncating else f" (last fetched epoch {st.last_fetched_epoch})")
+
+    def _fetcher_of(self, leader: int) -> dict[TopicPartition, PartitionFetchState]:
+        f = self.fetchers.get(leader)
+        return f.partitions if f is not None else {}
+
+    def remove_partition(self, topic: str, partition: int) -> None:
+        """Stop fetching a partition (it leads now, stopped replicating here, or follows another leader);
+        a fetcher left without partitions stays and idles, as Kafka's until shutdownIdleFetcherThreads."""
+        for f in self.fetchers.values():
+            if f.partitions.pop((topic, partition), None) is not None:
+                f.changed.set()
+
+    def _close(self, leader: int) -> None:
+        f = self.fetchers.pop(leader, None)
+        if f is not None and f.task is not None:
+            f.task.cancel()
+            f._disconnect()
+
+    def storage_failed(self, st: PartitionFetchState, exc: OSError) -> None:
+        st.stopped = "failed"
+        log.error("Broker %d cannot write %s-%d as follower: %s", self.settings.node_id, st.topic, st.partition, exc)
+        self._storage_failed(st.topic, st.partition, exc)
+
+    async def stop(self) -> None:
+        fetchers, self.fetchers = list(self.fetchers.values()), {}
+        await asyncio.gather(*(f.stop() for f in fetchers))
+
+
+def _name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
