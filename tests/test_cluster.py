@@ -371,9 +371,9 @@ def _commit_offsets(cluster, bid: int, group: str, offsets: dict[int, int], time
 def test_restarted_coordinator_serves_its_groups_offsets_once_it_leads_again(tmp_path, zk_connect):
     """Group state follows leadership of the group's __consumer_offsets partition: the coordinator loads
     the partition's groups when it becomes leader (also after a restart) and unloads them when it stops
-    leading. Offsets are not replicated yet, so only the broker that holds the log serves them: the test
-    hands the partition back to the restarted broker by stopping the two others (an unclean election,
-    enabled for this cluster, since a returning broker stays out of the ISR)."""
+    leading. Followers copy the partition, so the successor serves the offsets and the returning broker
+    fetches the successor's commit; the test hands the partition back to it by stopping the two others (an
+    unclean election, enabled for this cluster, since a returning broker stays out of the ISR)."""
     from kafkalite.coordinator.config import coordinator_key_partition
 
     cluster = Cluster(tmp_path, zk_connect, **{"unclean.leader.election.enable": True}).start()
@@ -401,8 +401,8 @@ def test_restarted_coordinator_serves_its_groups_offsets_once_it_leads_again(tmp
         cluster.brokers[coordinator].kill()
         view = cluster.agreed_view(lambda v: len(v[1]) == 2 and leader_of_p(v) in others, timeout_s=30)
         successor = leader_of_p(view)
-        # the successor serves the group from its own log, which has none of the offsets (no replication)
-        assert _fetch_offsets(cluster, successor, "grp") == {("work", 0): -1, ("work", 1): -1}
+        # the successor serves the group from its own log, a follower's copy of the coordinator's
+        assert _fetch_offsets(cluster, successor, "grp") == {("work", 0): 7, ("work", 1): 11}
         _commit_offsets(cluster, successor, "grp", {0: 99})
         assert _fetch_offsets(cluster, successor, "grp")[("work", 0)] == 99
 
@@ -411,10 +411,22 @@ def test_restarted_coordinator_serves_its_groups_offsets_once_it_leads_again(tmp
         res = cluster.request(coordinator, ApiKey.OFFSET_FETCH, {"group_id": "grp", "topics": None,
                                                                  "require_stable": False}, version=7)
         assert res["error_code"] == ErrorCode.NOT_COORDINATOR  # a follower of the partition
+        from kafkalite.storage.log import Log
+
+        def ends() -> set[int]:
+            out = set()
+            for b in (coordinator, successor):
+                lg = Log.open_read_only(cluster.brokers[b].data_dir / f"__consumer_offsets-{p}")
+                out.add(lg.log_end_offset)
+                lg.close()
+            return out
+        deadline = time.monotonic() + 20
+        while len(ends()) != 1 and time.monotonic() < deadline:  # the returning broker fetches the commit of 99
+            time.sleep(0.1)
         for b in others:
             cluster.brokers[b].stop()
         cluster.agreed_view(lambda v: len(v[1]) == 1 and leader_of_p(v) == coordinator, timeout_s=30)
-        assert _fetch_offsets(cluster, coordinator, "grp") == {("work", 0): 7, ("work", 1): 11}
+        assert _fetch_offsets(cluster, coordinator, "grp") == {("work", 0): 99, ("work", 1): 11}
         out = cluster.brokers[coordinator].output()
         assert f"records of __consumer_offsets-{p} (0 skipped): this broker leads it" in out, out[-3000:]
     finally:
