@@ -24,14 +24,14 @@ def test_inter_broker_listener_defaults_to_the_protocols_name_and_must_be_advert
     chosen = BrokerConfig.load(overrides={**two, "inter.broker.listener.name": "REPLICATION"})
     chosen.validate()
     assert chosen.inter_broker_listener().port == 9093
-    with pytest.raises(InvalidConfigError, match="inter.broker.listener.name: the inter-broker listener must"):
+    with pytest.raises(InvalidConfigError, match=r"inter\.broker\.listener\.name: the inter-broker listener must"):
         BrokerConfig.load(overrides={**two, "inter.broker.listener.name": "NOPE"}).validate()
 
 
 def test_other_fetcher_counts_and_old_protocols_are_named():
     cfg = BrokerConfig.load(overrides={"num.replica.fetchers": 3})
     assert any("num.replica.fetchers=3" in w for w in cfg.warnings())
-    with pytest.raises(InvalidConfigError, match="inter.broker.protocol.version"):
+    with pytest.raises(InvalidConfigError, match=r"inter\.broker\.protocol\.version"):
         BrokerConfig.load(overrides={"inter.broker.protocol.version": "2.1"}).validate()
     assert not FetcherSettings.from_config(BrokerConfig.load(overrides={"inter.broker.protocol.version": "2.6-IV0"})
                                            ).truncate_on_fetch

@@ -153,3 +153,28 @@ def test_new_leader_deduplicates_an_idempotent_retry(tmp_path, zk_connect, stopp
     nxt = produce(c, new, [b"idem-3"], base_sequence=3, **ids)
     assert nxt["error_code"] == 0 and nxt["base_offset"] == 3, nxt
     assert len(batches(c, new)) == 4
+
+
+def test_follower_behind_the_leaders_log_start_starts_over_there(tmp_path, zk_connect, stopper):
+    c = start(tmp_path, zk_connect)
+    stopper(c)
+    lead, _epoch = leader(c)
+    behind = next(b for b in (1, 2, 3) if b != lead)
+    for i in range(5):
+        assert produce(c, lead, [b"early-%d" % i])["error_code"] == 0
+    wait_until(lambda: identical(c, [1, 2, 3], 5), what="replicated")
+    c.brokers[behind].kill()
+    c.agreed_view(lambda v: len(v[1]) == 2, timeout_s=20)  # its registration is gone: it may start again
+    for i in range(5):
+        assert produce(c, lead, [b"late-%d" % i])["error_code"] == 0
+    res = c.request(lead, ApiKey.DELETE_RECORDS, {"topics": [{"name": TOPIC, "partitions": [
+        {"partition_index": 0, "offset": 8}]}], "timeout_ms": 10000})
+    assert res["topics"][0]["partitions"][0]["error_code"] == 0, res
+    c.brokers[behind].start()
+
+    def caught_up() -> bool:
+        got = batches(c, behind)
+        return bool(got) and got == [b for b in batches(c, lead) if b[0] >= 8]
+    wait_until(caught_up, timeout_s=25, what="the follower restarted at the leader's log start")
+    assert [o for o, _ in batches(c, behind)] == [8, 9]
+    assert "past this replica's end 5: starting over there" in c.brokers[behind].log_path.read_text(errors="replace")
