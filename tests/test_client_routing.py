@@ -7,6 +7,7 @@ per process can show for real."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import uuid
@@ -106,20 +107,30 @@ def test_a_broker_bounce_is_retried_for_reads_and_unknown_for_a_produce_in_fligh
         c.create_topic(topic, 1)
         c.produce(topic, 0, batch(b"before"))
         assert broker.stop() == 0
-        # The connection to the leader is dead, but the client only learns it after sending: the
-        # records may have been written, so it says so instead of sending them again.
-        with pytest.raises(ProduceOutcomeUnknown, match="may or may not have been written"):
-            c.produce(topic, 0, batch(b"lost?"))
-        # Reads (and metadata) are retried with backoff until the broker is back.
+        # The connection to the leader was closed by the broker before anything was sent on it: the client
+        # sees that before sending, so nothing can have been written and the produce is retried (with
+        # backoff, reconnecting) until the broker is back. Reads and metadata alike.
         restart = threading.Timer(1.0, broker.start)
         restart.start()
         try:
-            assert c.list_offset(topic, 0, -1) == 1
+            assert c.produce(topic, 0, batch(b"during"))["base_offset"] == 1
         finally:
             restart.join()
-        assert c.produce(topic, 0, batch(b"after"))["base_offset"] == 1
+        assert c.list_offset(topic, 0, -1) == 2
+    # A produce whose answer does not come (the broker stalls after it was sent) may or may not have been
+    # written: the client says so instead of sending it again.
+    with KafkaClient(broker.bootstrap, timeout_s=2, retry_timeout_s=2) as c:
+        c.produce(topic, 0, batch(b"after"))
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(ProduceOutcomeUnknown, match="may or may not have been written"):
+                c.produce(topic, 0, batch(b"lost?"))
+        finally:
+            broker.proc.send_signal(signal.SIGCONT)
+    with KafkaClient(broker.bootstrap) as c:
         part, data = c.fetch(topic, 0, 0)
-        assert part["high_watermark"] == 2 and data
+        assert part["high_watermark"] == 4 and data  # the stalled produce was written after all
 
 
 def test_group_calls_go_to_the_coordinator(broker):

@@ -10,6 +10,13 @@ dropped connection) are retried with backoff, refreshing metadata, until `retry_
 whose connection fails after sending, or that times out, may or may not have been written: that is
 raised as ProduceOutcomeUnknown and never retried (a retry could write it twice).
 
+Reading across a leader change detects log truncation as Kafka's consumers do (KIP-320): `consume`
+remembers the leader epoch of the last batch it returned; when Metadata shows a new leader epoch it
+asks the new leader (OffsetsForLeaderEpoch) where that epoch ends, and an end below its position
+means the records it returned past that end were discarded (an unclean election, or acks=1 data the
+old leader never replicated): LogTruncationError, or with `reset_on_truncation` a warning and a seek to
+the divergence point (what Kafka's consumer does when auto.offset.reset is set).
+
 Real applications should use a full client (librdkafka, the Java client); this one exists so
 kafkalite's own tools and the Spark connector's broker mode need no extra dependency.
 
@@ -22,6 +29,7 @@ while it decodes the previous one.
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -55,6 +63,21 @@ class ProduceOutcomeUnknown(KafkaClientError):
 
 TopicPartition = tuple[str, int]
 
+
+class LogTruncationError(KafkaClientError):
+    """Kafka's LogTruncationException (KIP-320): the log was truncated below a consumer's position, so
+    records already returned are not in the leader's history. `divergent` is, per partition, the offset
+    where the leader's history leaves the consumer's (the end offset the leader gives for the epoch of
+    the last record returned) and that epoch; -1 when the leader does not know the epoch at all."""
+
+    def __init__(self, positions: Mapping[TopicPartition, int], divergent: Mapping[TopicPartition, tuple[int, int]]
+                 ) -> None:
+        what = "; ".join(f"{t}-{p}: position {positions[(t, p)]}, the leader's log diverges at offset {o}"
+                         for (t, p), (o, _e) in sorted(divergent.items()))
+        super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, f"log truncation detected ({what})")
+        self.positions = dict(positions)
+        self.divergent = dict(divergent)
+
 # Answers after which Kafka's clients refresh metadata and retry (InvalidMetadataException and kin): the
 # partition's leader is elsewhere, being elected, not known yet, or its log dir is offline.
 REFRESH_AND_RETRY = frozenset({
@@ -66,7 +89,10 @@ RETRY_SAME_BROKER = frozenset({ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.OFFSET_
 # Produce answers retried (nothing was written); NOT_ENOUGH_REPLICAS_AFTER_APPEND is not: it was written.
 PRODUCE_RETRY = REFRESH_AND_RETRY | RETRY_SAME_BROKER | {ErrorCode.NOT_ENOUGH_REPLICAS}
 # Group answers after which the coordinator is looked up again, or asked again after a pause.
-COORDINATOR_MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
+# REQUEST_TIMED_OUT: a commit the coordinator's replicas did not confirm in time (Kafka's clients also
+# mark the coordinator unknown and retry).
+COORDINATOR_MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                               ErrorCode.REQUEST_TIMED_OUT})
 COORDINATOR_RETRY = COORDINATOR_MOVED | {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
 
 
@@ -177,6 +203,12 @@ class BrokerConnection:
         """Send a request without waiting; `receive` returns the answers in the order sent."""
         if self._broken:
             raise ConnectionError(f"the connection to {self.address} is unusable after {self._broken}")
+        if not self._conn.pending and self._peer_closed():
+            # The broker went away since the last answer (it died, or restarted): say so before sending,
+            # so the caller knows nothing was written and may simply reconnect (a produce included).
+            self._broken = "the broker closed it"
+            self._sock.close()
+            raise ConnectionError(f"the broker at {self.address} closed the connection")
         v = self.versions.get(api, 0) if version is None else version
         correlation, frame = self._conn.send_request(api, v, body, expect_response)
         try:
@@ -185,6 +217,17 @@ class BrokerConnection:
             self._broken = f"an interrupted send ({exc!r})"
             raise
         return correlation
+
+    def _peer_closed(self) -> bool:
+        """True when the idle connection has been closed (or reset) by the broker: with nothing asked,
+        anything readable can only be end of stream or an error."""
+        try:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+            if not readable:
+                return False
+            return self._sock.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def receive(self) -> dict[str, Any]:
         """The answer to the oldest request sent and not yet received."""
@@ -839,12 +882,71 @@ class KafkaClient:
             raise KafkaClientError(part["error_code"], f"{topic}-{partition} at offset {offset}")
         return part, data
 
+    def end_offsets_for_epochs(self, epochs: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], dict[str, Any]]:
+        """OffsetsForLeaderEpoch at each partition's leader (with the current leader epoch, so a stale
+        leader answers FENCED_LEADER_EPOCH and is not believed): per partition the answer, whose
+        `end_offset` is where `leader_epoch` (the largest epoch <= the one asked) ends in its log."""
+        def build(part: dict[TopicPartition, Any], _v: int) -> dict[str, Any]:
+            topics: dict[str, list[dict[str, Any]]] = {}
+            for (topic, partition), epoch in part.items():
+                topics.setdefault(topic, []).append({"partition": partition, "leader_epoch": epoch,
+                                                     "current_leader_epoch": self.cluster.leader_epoch(
+                                                         (topic, partition))})
+            return {"replica_id": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+
+        return self._routed("OffsetsForLeaderEpoch", epochs, ApiKey.OFFSET_FOR_LEADER_EPOCH, build,
+                            lambda r: (((t["topic"], p["partition"]), p) for t in r["topics"]
+                                       for p in t["partitions"]))
+
+    def find_truncation(self, positions: Mapping[tuple[str, int], tuple[int, int]]
+                        ) -> dict[tuple[str, int], tuple[int, int]]:
+        """KIP-320 validation of (position, epoch of the record before it) per partition: the partitions
+        whose leader's log diverges below the position, each with (divergence offset, its epoch). A
+        position without an epoch (-1) cannot be checked and is taken as valid, as Kafka does."""
+        asked = {tp: epoch for tp, (_pos, epoch) in positions.items() if epoch >= 0}
+        if not asked:
+            return {}
+        out = {}
+        for tp, ans in self.end_offsets_for_epochs(asked).items():
+            code = ans.get("error_code", 0)
+            if code:
+                raise KafkaClientError(code, f"OffsetsForLeaderEpoch of {tp[0]}-{tp[1]}")
+            end, epoch = ans["end_offset"], ans.get("leader_epoch", -1)
+            if end < 0 or epoch < 0:
+                out[tp] = (-1, -1)  # the leader knows no epoch that old: nothing to compare with
+            elif end < positions[tp][0]:
+                out[tp] = (end, epoch)
+        return out
+
     def consume(self, topic: str, partition: int, offset: int, *, until: int | None = None,
-                idle_timeout_s: float = 2.0) -> Iterator[tuple[int, RecordBatch]]:
-        """(offset, batch) from `offset`: up to `until` (exclusive) or until nothing new for `idle_timeout_s`."""
+                idle_timeout_s: float = 2.0, leader_epoch: int = -1,
+                reset_on_truncation: bool = False) -> Iterator[tuple[int, RecordBatch]]:
+        """(offset, batch) from `offset`: up to `until` (exclusive) or until nothing new for `idle_timeout_s`.
+
+        `leader_epoch` is the epoch of the record before `offset` when known (a committed offset's
+        committed_leader_epoch). After a leader change the position is validated (see the module doc):
+        truncation below it raises LogTruncationError, or with `reset_on_truncation` logs a warning and
+        goes on from where the leader's history diverges."""
+        tp = (topic, partition)
         idle_since = time.monotonic()
+        last_epoch = leader_epoch
+        # a position given with its epoch is validated first, as Kafka's consumer does after a seek
+        seen_leader_epoch: int | None = None if leader_epoch >= 0 else self.cluster.leader_epoch(tp)
         while until is None or offset < until:
-            part, data = self.fetch(topic, partition, offset)
+            current = self.cluster.leader_epoch(tp)
+            if current != seen_leader_epoch and last_epoch >= 0:
+                offset, last_epoch = self._validate_position(tp, offset, last_epoch, reset_on_truncation)
+            seen_leader_epoch = self.cluster.leader_epoch(tp)  # validation may have refreshed Metadata
+            try:
+                part, data = self.fetch(topic, partition, offset)
+            except KafkaClientError as exc:
+                # a new leader whose log ends below the position: validate (it may be truncation)
+                if exc.error_code != ErrorCode.OFFSET_OUT_OF_RANGE or last_epoch < 0 or \
+                        self.cluster.leader_epoch(tp) == seen_leader_epoch:
+                    raise
+                continue
+            if self.cluster.leader_epoch(tp) != seen_leader_epoch:
+                continue  # the fetch went to a new leader: validate before using its answer
             progressed = False
             for batch in iter_batches(data):
                 if batch.last_offset < offset:
@@ -852,11 +954,25 @@ class KafkaClient:
                 progressed = True
                 yield offset, batch
                 offset = batch.last_offset + 1
+                last_epoch = batch.partition_leader_epoch
             if progressed:
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > idle_timeout_s or (until is None and offset >= part["high_watermark"]
                                                                     and idle_timeout_s == 0):
                 return
+
+    def _validate_position(self, tp: TopicPartition, offset: int, epoch: int, reset: bool) -> tuple[int, int]:
+        divergent = self.find_truncation({tp: (offset, epoch)})
+        if tp not in divergent:
+            return offset, epoch
+        at, at_epoch = divergent[tp]
+        if not reset:
+            raise LogTruncationError({tp: offset}, divergent)
+        if at < 0:  # the leader knows no such epoch: start over from its log start (auto.offset.reset)
+            at, at_epoch = self.list_offset(tp[0], tp[1], -2), -1
+        log.warning("Log truncation of %s-%d detected: position %d, the leader's log diverges at %d; "
+                    "going on from there", tp[0], tp[1], offset, at)
+        return at, at_epoch
 
 
 def topics_of(metadata: dict[str, Any]) -> Iterable[dict[str, Any]]:

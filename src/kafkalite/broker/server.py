@@ -128,7 +128,7 @@ class Broker:
             info = replicas.append_records(OFFSETS_TOPIC, partition, batch, origin=AppendOrigin.COORDINATOR)
             return info.first_offset
 
-        coordinator = GroupCoordinator(self.logs, self.config, writer=write_offsets,
+        coordinator = GroupCoordinator(self.logs, self.config, writer=write_offsets, replicas=replicas,
                                        partition_exists=lambda t, p: replicas.logs.get_log(t, p) is not None)
         # in a cluster the coordinator loads a partition's groups when it becomes its leader (cluster_node)
         await coordinator.start(lead_all=not self.config.get("zookeeper.connect"))

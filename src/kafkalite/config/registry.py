@@ -154,6 +154,8 @@ _BROKER: tuple[BrokerKey, ...] = (
     _k("offsets.retention.check.interval.ms", "long", 600000, "how often stale offsets are expired",
        at_least(1)),
     _k("offset.metadata.max.bytes", "int", 4096, "largest metadata string of a commit", at_least(0)),
+    _k("offsets.commit.timeout.ms", "int", 5000, "how long an offset commit or group write waits for all in-sync "
+       "replicas of its __consumer_offsets partition (it is written with acks=all)", at_least(1)),
     _k("group.initial.rebalance.delay.ms", "int", 3000, "wait for more members before the first rebalance",
        at_least(0)),
     _k("group.min.session.timeout.ms", "int", 6000, "smallest session timeout a member may ask for",
@@ -203,7 +205,6 @@ _NO_EFFECT: tuple[BrokerKey, ...] = (
     _none("remote.log.storage.system.enable", "tiered storage is not implemented yet"),
     _none("metric.reporters", "metrics are not exported yet"),
     _none("log.dir.failure.timeout.ms", "a failed data dir stops the broker"),
-    _none("offsets.commit.timeout.ms", "offset commits are written locally, not replicated"),
     _none("producer.id.expiration.ms", "producer ids are kept with the producer state snapshots"),
 )
 

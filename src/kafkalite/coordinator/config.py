@@ -20,6 +20,7 @@ _PROPS: dict[str, str] = {
     "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
     "offsets.topic.compression.codec": "offsets_topic_compression_codec",
     "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+    "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
     "offset.metadata.max.bytes": "offset_metadata_max_bytes",
     "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
     "group.min.session.timeout.ms": "group_min_session_timeout_ms",
@@ -38,6 +39,7 @@ class CoordinatorConfig:
     offsets_topic_compression_codec: int = registry.default("offsets.topic.compression.codec")
     offsets_retention_ms: int = registry.default("offsets.retention.minutes") * 60_000
     offsets_retention_check_interval_ms: int = registry.default("offsets.retention.check.interval.ms")
+    offsets_commit_timeout_ms: int = registry.default("offsets.commit.timeout.ms")
     offset_metadata_max_bytes: int = registry.default("offset.metadata.max.bytes")
     group_initial_rebalance_delay_ms: int = registry.default("group.initial.rebalance.delay.ms")
     group_min_session_timeout_ms: int = registry.default("group.min.session.timeout.ms")

@@ -36,13 +36,19 @@ from typing import Any
 from kafkalite.clock import SYSTEM_CLOCK, Clock
 from kafkalite.coordinator.config import OFFSETS_TOPIC, CoordinatorConfig
 from kafkalite.coordinator.consumer_protocol import decode_assignment
-from kafkalite.coordinator.errors import CoordinatorError, Errors, append_error
+from kafkalite.coordinator.errors import (
+    CoordinatorError,
+    Errors,
+    append_error,
+    group_store_error,
+    offset_commit_error,
+)
 from kafkalite.coordinator.group import ClassicGroup, GroupState
 from kafkalite.coordinator.lag import Owner, PartitionLag, compute_lag
 from kafkalite.coordinator.loader import Replayer
 from kafkalite.coordinator.membership import GroupMembership, JoinRequest, SyncRequest, join_error, sync_response
 from kafkalite.coordinator.offsets import OffsetAndMetadata, OffsetStore
-from kafkalite.coordinator.offsets_topic import LoadedRecord, OffsetsTopic, OffsetsWriter, TxnMarker
+from kafkalite.coordinator.offsets_topic import LoadedRecord, OffsetsTopic, OffsetsWriter, PendingWrite, TxnMarker
 from kafkalite.coordinator.records import (
     NO_TIMESTAMP,
     GroupMetadataKey,
@@ -94,14 +100,17 @@ class GroupCoordinator:
         clock: Clock = SYSTEM_CLOCK,
         partition_exists: Callable[[str, int], bool] | None = None,
         writer: OffsetsWriter | None = None,
+        replicas: Any = None,
     ) -> None:
         """`config` takes Kafka's broker property names (offsets.topic.num.partitions,
         group.initial.rebalance.delay.ms, ...), as a dict or an object with a `props` dict (the broker's
         BrokerConfig). `partition_exists` lets OffsetCommit answer UNKNOWN_TOPIC_OR_PARTITION as Kafka
         does; without it every partition is accepted. `writer` appends the coordinator's batches (the
         broker's: through its ReplicaManager, like a produce); without it this process leads
-        `__consumer_offsets` alone."""
+        `__consumer_offsets` alone. `replicas` (the broker's ReplicaManager; taken from `log_manager`
+        when that is one) is what commits and group writes wait on before they are answered."""
         if not isinstance(log_manager, LogManager) and isinstance(getattr(log_manager, "logs", None), LogManager):
+            replicas = replicas if replicas is not None else log_manager
             log_manager = log_manager.logs  # the broker's ReplicaManager, which holds the LogManager
         if not isinstance(config, CoordinatorConfig):
             props = getattr(config, "props", config)
@@ -109,10 +118,14 @@ class GroupCoordinator:
         self.config = config
         self.clock = clock
         self.partition_exists = partition_exists
-        self.topic = OffsetsTopic(log_manager, self.config, clock, writer)
+        self.topic = OffsetsTopic(log_manager, self.config, clock, writer, replicas)
         self.offsets = OffsetStore()
         self.timer = KeyedTimer()
-        self.membership = GroupMembership(self.config, clock, self.timer, self._persist)
+        self.membership = GroupMembership(self.config, clock, self.timer, self._persist, self._when_committed)
+        self._waits: set[asyncio.Task[None]] = set()  # group writes waiting for their replicas
+        # (group, topic, partition) -> the __consumer_offsets offset of the commit applied last: commits
+        # acknowledged out of order by the replicas must not let an older one win (Kafka's olderThan).
+        self._commit_order: dict[tuple[str, str, int], int] = {}
         self._phase = _Phase.NEW
         # None: this broker coordinates every group (single-broker mode); else the partitions it leads.
         self._owned: set[int] | None = None
@@ -200,7 +213,7 @@ class GroupCoordinator:
         if self._phase is _Phase.CLOSED:
             return
         self._phase = _Phase.CLOSED
-        for task in self._loading.values():
+        for task in [*self._loading.values(), *self._waits]:
             task.cancel()
         self._loading.clear()
         self.membership.shutdown(Errors.NOT_COORDINATOR)
@@ -250,6 +263,7 @@ class GroupCoordinator:
             if self.topic.partition_for(gid) == partition:
                 for (t, p) in self.offsets.group_offsets(gid):
                     self.offsets.replay(gid, t, p, None)
+                    self._commit_order.pop((gid, t, p), None)
         self.membership.unload(gone, Errors.NOT_COORDINATOR)
         log.info("Unloaded %d groups of %s-%d: this broker no longer leads it", len(gone), OFFSETS_TOPIC, partition)
 
@@ -281,12 +295,17 @@ class GroupCoordinator:
 
     # --- persistence ---------------------------------------------------------------------------
 
-    def _persist(self, group_id: str, records: list[RecordKV]) -> None:
-        self._append(self.topic.partition_for(group_id), records)
-
-    def _append(self, partition: int, records: list[RecordKV]) -> None:
+    def _persist(self, group_id: str, records: list[RecordKV]) -> PendingWrite:
         try:
-            self.topic.append(partition, records)
+            return self._append(self.topic.partition_for(group_id), records)
+        except CoordinatorError as exc:
+            raise CoordinatorError(group_store_error(exc.error), str(exc)) from exc
+
+    def _append(self, partition: int, records: list[RecordKV]) -> PendingWrite:
+        """Append one batch as leader; CoordinatorError with the append's own code (callers map it as
+        Kafka's storeOffsets or storeGroup does)."""
+        try:
+            return self.topic.write(partition, records)
         except Exception as exc:
             error = append_error(exc)
             log.warning("Append to %s-%d failed (%s): %s", OFFSETS_TOPIC, partition, error.name, exc)
@@ -295,6 +314,20 @@ class GroupCoordinator:
                 if report is not None:
                     report(OFFSETS_TOPIC, partition, exc)
             raise CoordinatorError(error, str(exc)) from exc
+
+    def _when_committed(self, write: PendingWrite, done: Callable[[Errors], None]) -> None:
+        """Call `done` with NONE once the replicas hold `write` (at once when the HW covers it already),
+        else with storeGroup's error for why not."""
+        if self.topic.committed(write):
+            done(Errors.NONE)
+            return
+
+        async def wait() -> None:
+            done(group_store_error(await self.topic.wait_committed(write)))
+
+        task = asyncio.get_running_loop().create_task(wait())
+        self._waits.add(task)
+        task.add_done_callback(self._waits.discard)
 
     # --- dispatch ------------------------------------------------------------------------------
 
@@ -430,7 +463,7 @@ class GroupCoordinator:
             for tp, _p in [((t, int(p["partition_index"])), p) for t, p in valid]:
                 results[tp] = error
         elif valid:
-            self._commit(v, group_id, body, valid, results)
+            await self._commit(v, group_id, body, valid, results)
         return offset_commit_response(topics, results)
 
     def _validate_commit(self, v: int, group_id: str, generation: int, member_id: str,
@@ -457,8 +490,10 @@ class GroupCoordinator:
             return Errors.REBALANCE_IN_PROGRESS
         return Errors.NONE
 
-    def _commit(self, v: int, group_id: str, body: Body, valid: list[tuple[str, Body]],
-                results: dict[tuple[str, int], Errors]) -> None:
+    async def _commit(self, v: int, group_id: str, body: Body, valid: list[tuple[str, Body]],
+                      results: dict[tuple[str, int], Errors]) -> None:
+        """Kafka's storeOffsets: append the commit records, wait until the replicas hold them (acks=all),
+        and only then make them visible to OffsetFetch."""
         group = self.groups.get(group_id)
         member_id = body.get("member_id") or ""
         if group is not None and group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE) \
@@ -484,16 +519,25 @@ class GroupCoordinator:
             applied.append((topic, partition, om))
         if not records:
             return
+        group_partition = self.topic.partition_for(group_id)
         try:
-            self._persist(group_id, records)
+            write = self._append(group_partition, records)
+            error = Errors.NONE if self.topic.committed(write) else await self.topic.wait_committed(write)
         except CoordinatorError as exc:
+            error = exc.error
+        if not error and not self.owns(group_partition):
+            error = Errors.NOT_LEADER_OR_FOLLOWER  # resigned while the replicas confirmed: the new leader has it
+        if error:
             for topic, partition, _om in applied:
-                results[(topic, partition)] = exc.error
+                results[(topic, partition)] = offset_commit_error(error)
             return
         if group_id not in self.groups:
             self.groups[group_id] = ClassicGroup(group_id, self.clock)
         for topic, partition, om in applied:
-            self.offsets.replay(group_id, topic, partition, om)
+            key = (group_id, topic, partition)
+            if self._commit_order.get(key, -1) < write.required_offset:
+                self._commit_order[key] = write.required_offset
+                self.offsets.replay(group_id, topic, partition, om)
 
     # --- OffsetFetch --------------------------------------------------------------------------
 
@@ -597,7 +641,7 @@ class GroupCoordinator:
                 self._append(partition, records)
             except CoordinatorError as exc:
                 for i, _gid in deleting[partition]:
-                    results[i]["error_code"] = int(exc.error)
+                    results[i]["error_code"] = int(group_store_error(exc.error))
                 continue
             for _i, gid in deleting[partition]:
                 self._forget_group(gid)
@@ -613,6 +657,7 @@ class GroupCoordinator:
     def _forget_group(self, group_id: str) -> None:
         for (t, p) in self.offsets.group_offsets(group_id):
             self.offsets.replay(group_id, t, p, None)
+            self._commit_order.pop((group_id, t, p), None)
         group = self.groups.pop(group_id, None)
         if group is not None:
             self.membership.cancel_group_timers(group)
@@ -664,6 +709,7 @@ class GroupCoordinator:
             written += len(records)
             for gid, topic, p in expired.get(partition, []):
                 self.offsets.replay(gid, topic, p, None)
+                self._commit_order.pop((gid, topic, p), None)
             for gid in dead.get(partition, []):
                 self._forget_group(gid)
         if written:

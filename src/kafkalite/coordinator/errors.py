@@ -8,14 +8,7 @@ KafkaliteError like every other kafkalite error, so `error_code` means the same 
 
 from __future__ import annotations
 
-from kafkalite.errors import (
-    KafkaliteError,
-    KafkaStorageError,
-    NotLeaderOrFollowerError,
-    RecordBatchTooLargeError,
-    RecordTooLargeError,
-    UnknownTopicOrPartitionError,
-)
+from kafkalite.errors import KafkaliteError
 from kafkalite.protocol.error_codes import ErrorCode
 
 Errors = ErrorCode  # the protocol layer's table of Kafka's error codes, under the coordinator's old name
@@ -31,20 +24,47 @@ class CoordinatorError(KafkaliteError):
 
 
 def append_error(exc: BaseException) -> Errors:
-    """What a failed append to `__consumer_offsets` becomes in a group response (Kafka maps storage
-    failures and lost leadership to NOT_COORDINATOR so clients look the coordinator up again, a missing
-    partition to COORDINATOR_NOT_AVAILABLE, and size limits to a server error, since no client action can
-    fix them: GroupMetadataManager's appendForGroup)."""
-    if isinstance(exc, KafkaStorageError | OSError | NotLeaderOrFollowerError):
-        return Errors.NOT_COORDINATOR
-    if isinstance(exc, UnknownTopicOrPartitionError):
-        return Errors.COORDINATOR_NOT_AVAILABLE
-    if isinstance(exc, RecordTooLargeError | RecordBatchTooLargeError):
-        return Errors.UNKNOWN_SERVER_ERROR
+    """The code of a failed append to `__consumer_offsets`, before the per-operation mapping below."""
     if isinstance(exc, CoordinatorError):
         return exc.error
+    if isinstance(exc, OSError):
+        return Errors.KAFKA_STORAGE_ERROR
     code = getattr(exc, "error_code", -1)
     try:
         return Errors(code)
     except ValueError:
         return Errors.UNKNOWN_SERVER_ERROR
+
+
+# What Kafka's GroupMetadataManager answers when the write of a commit or of group metadata fails, in the
+# append or while waiting for the replicas (it appends with acks=-1): lost leadership and storage failures
+# send clients to look the coordinator up again, a missing partition or too few replicas make it
+# unavailable (retriable), size limits cannot be fixed by retrying.
+_STORE_COMMON = {
+    Errors.UNKNOWN_TOPIC_OR_PARTITION: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_ENOUGH_REPLICAS: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: Errors.COORDINATOR_NOT_AVAILABLE,
+    Errors.NOT_LEADER_OR_FOLLOWER: Errors.NOT_COORDINATOR,
+    Errors.KAFKA_STORAGE_ERROR: Errors.NOT_COORDINATOR,
+}
+_TOO_LARGE = (Errors.MESSAGE_TOO_LARGE, Errors.RECORD_LIST_TOO_LARGE, Errors.INVALID_FETCH_SIZE)
+
+
+def offset_commit_error(code: int) -> Errors:
+    """storeOffsets' mapping; REQUEST_TIMED_OUT (the replicas did not confirm in offsets.commit.timeout.ms)
+    passes through: Kafka's clients then look the coordinator up again and retry."""
+    error = Errors(code)
+    if error in _TOO_LARGE:
+        return Errors.INVALID_COMMIT_OFFSET_SIZE
+    return _STORE_COMMON.get(error, error)
+
+
+def group_store_error(code: int) -> Errors:
+    """storeGroup's mapping (group metadata at SyncGroup and on joins); a timeout becomes
+    REBALANCE_IN_PROGRESS so the members rejoin."""
+    error = Errors(code)
+    if error in _TOO_LARGE:
+        return Errors.UNKNOWN_SERVER_ERROR
+    if error is Errors.REQUEST_TIMED_OUT:
+        return Errors.REBALANCE_IN_PROGRESS
+    return _STORE_COMMON.get(error, error)

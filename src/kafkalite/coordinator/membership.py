@@ -31,6 +31,7 @@ from kafkalite.clock import Clock
 from kafkalite.coordinator.config import CoordinatorConfig
 from kafkalite.coordinator.errors import CoordinatorError, Errors
 from kafkalite.coordinator.group import ClassicGroup, GroupState, Member, Protocols, Response
+from kafkalite.coordinator.offsets_topic import PendingWrite
 from kafkalite.coordinator.records import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -43,8 +44,11 @@ from kafkalite.coordinator.timer import KeyedTimer
 log = logging.getLogger("kafkalite.coordinator")
 
 RecordKV = tuple[bytes, bytes | None]
-Persist = Callable[[str, list[RecordKV]], None]
+Persist = Callable[[str, list[RecordKV]], PendingWrite]
 """Appends records for a group to its `__consumer_offsets` partition; raises CoordinatorError on failure."""
+
+WhenCommitted = Callable[[PendingWrite, Callable[[Errors], None]], None]
+"""Calls back with NONE once a write is committed (the HW covers it), or with the group error it failed with."""
 
 FutureFactory = Callable[[], "asyncio.Future[Response]"]
 """Makes the future a request parks on (the handler awaits it; the protocol completes it)."""
@@ -117,11 +121,13 @@ def _inconsistent(requested: str | None, current: str | None) -> bool:
 class GroupMembership:
     """The groups of one coordinator and the rebalance protocol over them."""
 
-    def __init__(self, config: CoordinatorConfig, clock: Clock, timer: KeyedTimer, persist: Persist) -> None:
+    def __init__(self, config: CoordinatorConfig, clock: Clock, timer: KeyedTimer, persist: Persist,
+                 when_committed: WhenCommitted | None = None) -> None:
         self.config = config
         self.clock = clock
         self.timer = timer
         self.persist = persist
+        self.when_committed: WhenCommitted = when_committed or (lambda _write, done: done(Errors.NONE))
         self.groups: dict[str, ClassicGroup] = {}
 
     # --- timer keys ----------------------------------------------------------------------------
@@ -296,27 +302,29 @@ class GroupMembership:
             if group.protocol_name == group.select_protocol():
                 # Same protocol: no rebalance; persist the new member id, and the member takes over
                 # the old one's assignment at SyncGroup.
-                try:
-                    self.persist(group.group_id, [group_metadata_record(group, group.assignments())])
-                except CoordinatorError as exc:
-                    log.warning("Failed to persist static member %s of group %s: %s; reverting to member id %s",
-                                instance_id, group.group_id, exc, old_id)
-                    group.update_member(member, old_protocols, old_rebalance, old_session, None)
-                    self.timer.cancel(self._heartbeat_key(group.group_id, new_id))
-                    old = group.replace_static_member(instance_id, new_id, old_id)
-                    self.reschedule_heartbeat(group, old)
-                    respond({**join_error(exc.error), "generation_id": group.generation_id,
-                             "protocol_name": group.protocol_name, "protocol_type": group.protocol_type,
-                             "leader": current_leader or ""})
-                    return
-                if r.api_version >= 9:
-                    is_leader = group.is_leader(new_id)
-                    group.complete_join(member, self._join_success(group, new_id, with_members=is_leader,
-                                                                   skip_assignment=is_leader))
-                else:
-                    # Old clients would run the assignment if told they lead; name the old leader id.
-                    group.complete_join(member, self._join_success(group, new_id, with_members=False,
-                                                                   leader=current_leader or ""))
+                def stored(error: Errors) -> None:
+                    if error:
+                        log.warning("Failed to persist static member %s of group %s: %s; reverting to member "
+                                    "id %s", instance_id, group.group_id, error.name, old_id)
+                        if group.members.get(new_id) is not member:
+                            return  # it changed meanwhile (left, expired, replaced again)
+                        group.update_member(member, old_protocols, old_rebalance, old_session, None)
+                        self.timer.cancel(self._heartbeat_key(group.group_id, new_id))
+                        old = group.replace_static_member(instance_id, new_id, old_id)
+                        self.reschedule_heartbeat(group, old)
+                        respond({**join_error(error), "generation_id": group.generation_id,
+                                 "protocol_name": group.protocol_name, "protocol_type": group.protocol_type,
+                                 "leader": current_leader or ""})
+                    elif r.api_version >= 9:
+                        is_leader = group.is_leader(new_id)
+                        group.complete_join(member, self._join_success(group, new_id, with_members=is_leader,
+                                                                       skip_assignment=is_leader))
+                    else:
+                        # Old clients would run the assignment if told they lead; name the old leader id.
+                        group.complete_join(member, self._join_success(group, new_id, with_members=False,
+                                                                       leader=current_leader or ""))
+
+                self._store(group.group_id, [group_metadata_record(group, group.assignments())], stored)
             else:
                 self._maybe_prepare_rebalance_or_complete_join(
                     group, f"static member {instance_id} rejoined with a change of protocol")
@@ -531,19 +539,32 @@ class GroupMembership:
         if missing:
             log.warning("Setting empty assignments for members %s of group %s for generation %d", missing,
                         group.group_id, group.generation_id)
-        try:
-            self.persist(group.group_id, [group_metadata_record(group, assignment)])
-        except CoordinatorError as exc:
-            if group.is_in(GroupState.COMPLETING_REBALANCE) and r.generation_id == group.generation_id:
-                self._reset_and_propagate_assignment(group, exc.error)
-                self._maybe_prepare_rebalance_or_complete_join(group, f"error {exc.error.name} when storing the "
+        generation = r.generation_id
+
+        def stored(error: Errors) -> None:
+            if not (group.is_in(GroupState.COMPLETING_REBALANCE) and generation == group.generation_id):
+                return  # the group moved on while the write was being replicated
+            if error:
+                self._reset_and_propagate_assignment(group, error)
+                self._maybe_prepare_rebalance_or_complete_join(group, f"error {error.name} when storing the "
                                                                       "group assignment")
-            return
-        if group.is_in(GroupState.COMPLETING_REBALANCE) and r.generation_id == group.generation_id:
+                return
             for m in group.members.values():
                 m.assignment = assignment.get(m.member_id, b"")
             self._propagate_assignment(group, Errors.NONE)
             group.transition_to(GroupState.STABLE)
+
+        self._store(group.group_id, [group_metadata_record(group, assignment)], stored)
+
+    def _store(self, group_id: str, records: list[RecordKV], done: Callable[[Errors], None]) -> None:
+        """Write group metadata with acks=all (Kafka's storeGroup): `done(error)` once the write is
+        committed or failed; at once when the append fails or one replica is all there is."""
+        try:
+            write = self.persist(group_id, records)
+        except CoordinatorError as exc:
+            done(exc.error)
+            return
+        self.when_committed(write, done)
 
     def _reset_and_propagate_assignment(self, group: ClassicGroup, error: Errors) -> None:
         for m in group.members.values():

@@ -10,6 +10,12 @@ appends through its ReplicaManager like any produce (leadership check, leader ep
 of parked fetches), so the high watermark of `__consumer_offsets` moves by the same rule as every other
 topic's. Without one (coordinator tests, offline tools) the partitions are led by this process alone.
 Reading back (the load at start-up) never moves a watermark.
+
+Kafka's coordinator appends with acks=-1 and answers only once the partition's high watermark covers
+the write (offsets.commit.timeout.ms at most). `append` returns a `PendingWrite`; `committed` says at
+once whether the HW already covers it (always so with a single replica), else `wait_committed` awaits
+the broker's ReplicaManager.wait_for_commit (the acks=all purgatory). A ReplicaManager without that
+method (before replication) has one replica per partition, whose HW follows its log end on append.
 """
 
 from __future__ import annotations
@@ -17,12 +23,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from kafkalite.broker.partition import Partition
 from kafkalite.clock import Clock
 from kafkalite.coordinator.config import OFFSETS_TOPIC, CoordinatorConfig, coordinator_key_partition
 from kafkalite.manager.log_manager import LogManager
+from kafkalite.protocol.error_codes import ErrorCode
 from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.records.compression import CompressionType
 from kafkalite.records.control import ControlRecordType, parse_control_type
@@ -54,6 +61,15 @@ class TxnMarker:
     commit: bool
 
 
+@dataclass(frozen=True, slots=True)
+class PendingWrite:
+    """One batch appended to `__consumer_offsets` partition `partition`: committed once the partition's
+    high watermark reaches `required_offset` (its last offset + 1)."""
+
+    partition: int
+    required_offset: int
+
+
 class OffsetsWriter(Protocol):
     """Appends one batch to a `__consumer_offsets` partition as its leader and returns the batch's base
     offset; raises KafkaliteError (NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR, ...) or OSError."""
@@ -63,8 +79,9 @@ class OffsetsWriter(Protocol):
 
 class OffsetsTopic:
     def __init__(self, log_manager: LogManager, config: CoordinatorConfig, clock: Clock,
-                 writer: OffsetsWriter | None = None) -> None:
+                 writer: OffsetsWriter | None = None, replicas: Any = None) -> None:
         self.log_manager = log_manager
+        self.replicas = replicas  # the broker's ReplicaManager: its wait_for_commit, when it has one
         self.config = config
         self.clock = clock
         self.writer: OffsetsWriter = writer if writer is not None else self._append_alone
@@ -100,9 +117,13 @@ class OffsetsTopic:
             self.log(p)
 
     def append(self, partition: int, records: list[RecordKV]) -> int:
-        """Append one batch and commit it; returns its base offset. Storage errors propagate."""
+        """Append one batch; returns its base offset. Storage errors propagate."""
+        return self.write(partition, records).required_offset - len(records)
+
+    def write(self, partition: int, records: list[RecordKV]) -> PendingWrite:
+        """Append one batch (as leader, through the writer); what must commit before it counts."""
         if not records:
-            return -1
+            return PendingWrite(partition, 0)
         now = self.clock.milliseconds()
         batch = build_batch([SimpleRecord(k, v, now) for k, v in records],
                             compression=CompressionType(self.config.offsets_topic_compression_codec))
@@ -110,7 +131,27 @@ class OffsetsTopic:
             # The topic comes into being whole, as in Kafka: the partition count on disk is what decides
             # where each group lives after a restart, so it must never be partial.
             self.ensure_created()
-        return self.writer(partition, batch)
+        base = self.writer(partition, batch)
+        return PendingWrite(partition, base + len(records))  # one record per offset, no gaps
+
+    def committed(self, write: PendingWrite) -> bool:
+        """True when the partition's high watermark covers the write (no need to wait)."""
+        lg = self.log_manager.get_log(OFFSETS_TOPIC, write.partition)
+        return lg is not None and lg.high_watermark >= write.required_offset
+
+    async def wait_committed(self, write: PendingWrite) -> ErrorCode:
+        """Wait until the write is committed (acks=all): NONE, or the error Kafka's delayed produce gives
+        (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT after
+        offsets.commit.timeout.ms)."""
+        if self.committed(write):
+            return ErrorCode.NONE
+        wait = getattr(self.replicas, "wait_for_commit", None)
+        if wait is None:
+            # Before replication (no acks=all purgatory): this broker holds the only replica.
+            return ErrorCode.NONE
+        code = await wait(OFFSETS_TOPIC, write.partition, write.required_offset,
+                          self.config.offsets_commit_timeout_ms)
+        return ErrorCode(code)
 
     def _append_alone(self, partition: int, batch: bytearray) -> int:
         """The writer without a broker: this process is the only replica, so it leads the partition."""

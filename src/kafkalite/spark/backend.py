@@ -31,6 +31,19 @@ class RangeMovedError(Exception):
     applies failOnDataLoss."""
 
 
+class LogTruncatedError(Exception):
+    """Raised by `SourceBackend.read` when, after a leader change, the new leader's history leaves the
+    records already read (KIP-320: its end offset for the epoch of the last record read is below the
+    position): what was read from `diverged_at` to `position` is not in the log any more, and the new
+    records at those offsets will not be read. The reader applies failOnDataLoss, then (false) goes on
+    from `position`."""
+
+    def __init__(self, message: str, position: int, diverged_at: int) -> None:
+        super().__init__(message)
+        self.position = position
+        self.diverged_at = diverged_at
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetBounds:
     """The offsets a partition can serve now: [earliest, latest). `latest` is the safely readable end

@@ -11,6 +11,10 @@
 - OFFSET_OUT_OF_RANGE below the log start (retention, DeleteRecords) raises RangeMovedError, for
   the reader's data-loss check (failOnDataLoss); past the high watermark (a truncated log) the read
   stops, and the reader reports the offsets it did not get.
+- A leader change mid-read (the fetch fails, the new leader is looked up) is checked for truncation
+  as Kafka's consumers do (KIP-320): the new leader is asked (OffsetsForLeaderEpoch) where the epoch
+  of the last batch read ends; below the position read so far, the records read past that point are
+  gone from the log: LogTruncatedError, which the reader turns into failOnDataLoss's error or warning.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from kafkalite.client import READ_COMMITTED, fetch_request
+from kafkalite.client import READ_COMMITTED, KafkaClientError, fetch_request
 from kafkalite.protocol import ApiKey, ErrorCode
+from kafkalite.records.batch import LOG_OVERHEAD, PREFIX
 from kafkalite.spark.arrow_decode import RawChunk
-from kafkalite.spark.backend import OffsetBounds, RangeMovedError, TopicPartition
+from kafkalite.spark.backend import LogTruncatedError, OffsetBounds, RangeMovedError, TopicPartition
 from kafkalite.spark.broker_cluster import RETRIABLE, Cluster, RetriableError, error_name
 from kafkalite.spark.broker_records import drop_aborted
 from kafkalite.spark.broker_settings import BrokerSettings
@@ -97,10 +102,15 @@ class BrokerSource:
     def read(self, tp: TopicPartition, start: int, end: int) -> Iterator[tuple[RawChunk, int]]:
         offset = start
         backoff = self.cluster.backoff(f"fetching {tp[0]}-{tp[1]}")
+        epoch = [-1]  # leader epoch of the last batch read (set by _fetch_from)
+        validate = False
         while True:
             try:
+                if validate and epoch[0] >= 0:
+                    self._check_truncation(tp, offset, epoch[0])
+                validate = True  # from now on a failure means another leader may answer next
                 node = next(iter(self.cluster.leaders([tp])))
-                for chunk, next_offset in self._fetch_from(node, tp, offset, end):
+                for chunk, next_offset in self._fetch_from(node, tp, offset, end, epoch):
                     yield chunk, next_offset
                     offset = next_offset
                     backoff.reset()
@@ -110,8 +120,24 @@ class BrokerSource:
             except (RetriableError, OSError) as exc:
                 backoff.failed(exc)  # a leader change or a broker restart: look up again, go on from `offset`
 
-    def _fetch_from(self, node: int, tp: TopicPartition, offset: int, end: int) -> Iterator[tuple[RawChunk, int]]:
-        """Chunks from one leader until `end`, the high watermark, or an error."""
+    def _check_truncation(self, tp: TopicPartition, offset: int, epoch: int) -> None:
+        """KIP-320: raise LogTruncatedError when the leader's log diverges below `offset`."""
+        try:
+            divergent = self.cluster.client.find_truncation({tp: (offset, epoch)})
+        except KafkaClientError as exc:  # e.g. no leader elected yet: retried with backoff like a fetch
+            raise RetriableError(f"validating {tp[0]}-{tp[1]} after a leader change: {exc}") from None
+        if tp in divergent:
+            at = divergent[tp][0]
+            raise LogTruncatedError(
+                f"{tp[0]}-{tp[1]} was truncated under the reader: records up to offset {offset} of leader epoch "
+                f"{epoch} were read, but its leader's log diverges at offset {max(at, 0)} (an unclean leader "
+                f"election, or records the old leader never replicated); those read past it are not in the log "
+                f"any more and the new ones at those offsets are not read", offset, at)
+
+    def _fetch_from(self, node: int, tp: TopicPartition, offset: int, end: int,
+                    epoch: list[int] | None = None) -> Iterator[tuple[RawChunk, int]]:
+        """Chunks from one leader until `end`, the high watermark, or an error; `epoch[0]` is set to the
+        leader epoch of the last batch handed over."""
         topic, partition = tp
         client = self.cluster.node(node)
         size = self.settings.fetch_bytes
@@ -157,6 +183,8 @@ class BrokerSource:
                 if more:
                     ask(next_offset)  # pipelined: the broker prepares it while this chunk is decoded
                 chunk = data[:cut]
+                if epoch is not None:
+                    epoch[0] = _last_batch_epoch(chunk, epoch[0])
                 if committed and part.get("aborted_transactions"):
                     chunk = drop_aborted(chunk, part["aborted_transactions"])
                 yield RawChunk(chunk, f"broker {client.address} (fetch of {topic}-{partition} at offset {offset})"), \
@@ -180,6 +208,19 @@ class BrokerSource:
         if code in RETRIABLE:
             raise RetriableError(f"fetch of {tp[0]}-{tp[1]} from broker {node}: {error_name(code)}")
         raise BrokerError(f"fetching {tp[0]}-{tp[1]} at offset {offset} from broker {node} failed: {error_name(code)}")
+
+
+def _last_batch_epoch(data: bytes | memoryview, default: int) -> int:
+    """partitionLeaderEpoch of the last whole batch in `data` (a walk over batch headers, not records)."""
+    at, last = 0, -1
+    n = len(data)
+    while n - at >= LOG_OVERHEAD + 4:
+        _base, length = PREFIX.unpack_from(data, at)
+        if at + LOG_OVERHEAD + length > n:
+            break
+        last = at
+        at += LOG_OVERHEAD + length
+    return default if last < 0 else int.from_bytes(data[last + 12:last + 16], "big", signed=True)
 
 
 def _partition_of(response: dict[str, Any], tp: TopicPartition) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from pyspark.sql.datasource import InputPartition
 
 from kafkalite.spark import record_walk
 from kafkalite.spark.arrow_decode import decode_chunk
-from kafkalite.spark.backend import BackendSpec, RangeMovedError, SourceBackend, TopicPartition
+from kafkalite.spark.backend import BackendSpec, LogTruncatedError, RangeMovedError, SourceBackend, TopicPartition
 from kafkalite.spark.errors import DataLossError, UnknownTopicError
 
 log = logging.getLogger("kafkalite.spark")
@@ -93,6 +93,9 @@ def _read(backend: SourceBackend, r: OffsetRange) -> Iterator[pa.RecordBatch]:
                     yield batch
                 offset = max(offset, next_offset)
             break
+        except LogTruncatedError as exc:
+            _lost(r, str(exc))  # failOnDataLoss=false: go on past what was read, as Spark's source does
+            offset = exc.position
         except (FileNotFoundError, RangeMovedError):
             # retention or truncation removed a segment (or the broker's log start passed the offset)
             moved = _check_start(backend, r, tp, offset)
