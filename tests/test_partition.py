@@ -6,6 +6,7 @@ Real logs on a tmp dir with a mock clock; the ReplicaManager is the broker's own
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -419,3 +420,59 @@ def test_high_watermarks_are_restored_from_the_checkpoint_as_min_with_the_leo(tm
         assert b.high_watermark == 3
     finally:
         lm.shutdown()
+
+
+def _led_with_followers(rm: ReplicaManager, topic: str) -> Partition:
+    part = rm.partitions[(topic, 0)]
+    part.make_leader(1, [NODE, F2], [NODE, F2], now_ms=0)
+    part.lag_time_max_ms = LAG
+    return part
+
+
+def test_list_offsets_latest_is_not_available_below_the_epoch_start(broker_parts) -> None:
+    rm, admin = broker_parts
+    admin.create_topic("fresh", 1, {})
+    rm.append("fresh", 0, batch(3))
+    part = _led_with_followers(rm, "fresh")  # a new epoch starting at 3; HW 3 already (single-broker past)
+    part.log.update_high_watermark(1)  # as a new leader whose HW lags its epoch start
+    got = rm.list_offset("fresh", 0, -1, isolation=FetchIsolation.HIGH_WATERMARK)
+    assert got["error_code"] == ErrorCode.OFFSET_NOT_AVAILABLE
+    assert rm.list_offset("fresh", 0, -2, isolation=FetchIsolation.HIGH_WATERMARK)["error_code"] == 0
+    assert rm.list_offset("fresh", 0, -1, isolation=None)["offset"] == 3  # a replica asks: the log end
+    part.update_follower_fetch_state(F2, 3, 0, now_ms=1)
+    assert rm.list_offset("fresh", 0, -1, isolation=FetchIsolation.HIGH_WATERMARK)["offset"] == 3
+
+
+def test_wait_for_commit_outcomes(broker_parts) -> None:
+    rm, admin = broker_parts
+    admin.create_topic("w", 1, {"min.insync.replicas": "2"})
+
+    async def scenario() -> None:
+        part = _led_with_followers(rm, "w")
+        out = rm.append("w", 0, batch(2), acks_all=True)
+        assert out["error_code"] == 0 and out["_required_offset"] == 2
+        # an offset already committed answers at once
+        assert await rm.wait_for_commit("w", 0, 0, 1000) == ErrorCode.NONE
+        assert await rm.wait_for_commit("w", 0, 2, 50) == ErrorCode.REQUEST_TIMED_OUT
+        waiter = asyncio.ensure_future(rm.wait_for_commit("w", 0, 2, 5000))
+        await asyncio.sleep(0.01)
+        rm._follower_fetched("w", 0, F2, 2, 0, part.log.log_end_offset)  # the follower reached offset 2
+        assert await waiter == ErrorCode.NONE
+        rm.append("w", 0, batch(1), acks_all=True)
+        waiter = asyncio.ensure_future(rm.wait_for_commit("w", 0, 3, 5000))
+        await asyncio.sleep(0.01)
+        part.make_follower(F2, 2, [F2, NODE], [NODE, F2])
+        rm.purgatory.wake(("w", 0))
+        assert await waiter == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        # the committed ISR is below min.insync.replicas: refused before the append
+        part.make_leader(3, [NODE], [NODE, F2], now_ms=0)
+        end = part.log.log_end_offset
+        out = rm.append("w", 0, batch(1), acks_all=True)
+        assert out["error_code"] == ErrorCode.NOT_ENOUGH_REPLICAS and part.log.log_end_offset == end
+        # committed while the maximal ISR is below min.insync (the KIP-966 rule off): AFTER_APPEND
+        part.hw_requires_min_isr = False
+        out = rm.append("w", 0, batch(1))
+        part.update_follower_fetch_state(F2, end + 1, 0, now_ms=1)
+        assert await rm.wait_for_commit("w", 0, end + 1, 100) == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+    asyncio.run(scenario())
