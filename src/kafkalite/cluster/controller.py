@@ -82,6 +82,7 @@ class Controller:
         self._watching = False
         self._watched_topics: set[str] = set()
         self._deleting: dict[str, _Deletion] = {}
+        self._isr_notes: list[str] = []  # the last /isr_change_notification children seen
         self.elections = 0  # times this broker became controller (tests, logs)
 
     @property
@@ -184,6 +185,8 @@ class Controller:
         for topic in await self.store.topics():
             if topic not in marked:  # taken up by the deletion below, not elected for
                 await self._load_topic(topic)
+        if self._isr_notes:  # left while another broker was controller: the states above are fresh, drop them
+            await self._on_isr_change(self._isr_notes)
         self._update_metadata(self.live, self._all_partitions())
         await self._elect_offline(self._all_partitions(), fresh=True)
         self._leader_and_isr(self._all_partitions())
@@ -389,8 +392,8 @@ class Controller:
     # --- ISR changes made by partition leaders (Kafka's IsrChangeNotification handling) ------------------
 
     def _isr_change_watch(self, children: list[str]) -> None:
-        if children:
-            names = sorted(children)
+        names = self._isr_notes = sorted(children)
+        if names:
             self.enqueue(lambda: self._on_isr_change(names))
 
     async def _on_isr_change(self, names: list[str]) -> None:
