@@ -104,7 +104,8 @@ class ReplicaManager:
         # Single-broker mode: this broker leads every partition it holds a log for, including logs made
         # directly on the LogManager (the coordinator's `__consumer_offsets`). A cluster turns this off and
         # sets roles with make_leader / make_follower from LeaderAndIsr.
-        self.leads_all_local_logs = True
+        # A cluster broker (zookeeper.connect) leads nothing before LeaderAndIsr, not even while it starts.
+        self.leads_all_local_logs = not config.get("zookeeper.connect")
         self.lag_time_max_ms: int = config.get("replica.lag.time.max.ms")
         self.hw_requires_min_isr: bool = config.get("replica.high.watermark.requires.min.isr")
         # The cluster glue sets this: where leaders commit ISR changes (None: no store, no followers).
@@ -120,7 +121,7 @@ class ReplicaManager:
         single-broker mode, lead every local partition (call after TopicAdmin.startup made them). A cluster
         broker leads nothing until the controller's LeaderAndIsr says so, so its HWs stay as restored."""
         self.restore_high_watermarks()
-        if self.config.get("zookeeper.connect"):
+        if not self.leads_all_local_logs:
             return
         for lg in self.logs.all_logs():
             self.lead_locally(lg)
