@@ -171,18 +171,18 @@ class Partition:
         leo = self.log.log_end_offset
         self.leader_epoch_start_offset = leo
         followers = [b for b in replicas if b != self.local_broker_id]
+        # built whole, then swapped in: LeaderAndIsr is applied on a worker thread while fetches read it
+        remote: dict[int, RemoteReplica] = {}
         if followers:
             now = monotonic_ms() if now_ms is None else now_ms
             old = self.remote if was_leader else {}
-            self.remote = {}
             for b in followers:
                 r = old.get(b) or RemoteReplica(b)
                 r.last_fetch_leader_leo = leo
                 r.last_fetch_time_ms = now
                 r.last_caught_up_time_ms = now if b in self.isr else NEVER_MS
-                self.remote[b] = r
-        else:
-            self.remote = {}
+                remote[b] = r
+        self.remote = remote
         self.maybe_increment_high_watermark()
         return not was_leader
 
