@@ -76,3 +76,32 @@ def test_restart_keeps_persistent_znodes_and_drops_ephemeral_ones(tmp_path):
     doc = json.loads((tmp_path / METADATA_FILE).read_text())
     assert doc["version"] == 1 and "/brokers/topics/t/partitions/0/state" in doc["znodes"]
     assert "/controller" not in doc["znodes"] and not any(p.startswith("/brokers/ids/") for p in doc["znodes"])
+
+
+def test_update_isr_is_a_compare_and_set_that_leaves_a_notification(tmp_path):
+    """A leader's ISR write (reference §1.2): conditional on the state's version, not on a controller lease;
+    each success leaves Kafka's /isr_change_notification/isr_change_<seq> node for the controller."""
+    async def main():
+        s = LocalStore(tmp_path, 1)
+        await s.start()
+        try:
+            lease = await s.elect_controller(1)
+            await s.create_topic(z.TopicAssignment("t", uuid.uuid4(), {0: [1, 2, 3]}), {})
+            created = await s.create_partition_states(lease, {("t", 0): z.PartitionState(1, 4, (1, 2, 3), 7)})
+            v0 = created[("t", 0)].zk_version
+            shrunk = z.PartitionState(1, 4, (1, 2), 7)
+            written = await s.update_isr("t", 0, shrunk, v0)
+            assert written is not None and written.zk_version == v0 + 1 and written.isr == (1, 2)
+            assert await s.partition_state("t", 0) == written
+            assert await s.update_isr("t", 0, z.PartitionState(1, 4, (1,), 7), v0) is None  # stale version
+            assert (await s.partition_state("t", 0)).isr == (1, 2)
+            notes = s.zk.get_children(z.ISR_CHANGE)
+            assert len(notes) == 1 and notes[0].startswith("isr_change_")
+            data = await s.read(f"{z.ISR_CHANGE}/{notes[0]}")
+            assert json.loads(data) == {"version": 1, "partitions": [{"topic": "t", "partition": 0}]}
+            assert z.decode_isr_change("n", data) == [("t", 0)]
+            await s.delete_isr_change_notifications(lease, [*notes, "isr_change_0000000099"])
+            assert s.zk.get_children(z.ISR_CHANGE) == []
+        finally:
+            await s.close()
+    run(main())

@@ -6,17 +6,24 @@ Real logs on a tmp dir with a mock clock; the ReplicaManager is the broker's own
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import MetadataStore
-from kafkalite.broker.partition import Partition
+from kafkalite.broker.partition import NEVER_MS, Partition
 from kafkalite.broker.replica_manager import ReplicaManager
 from kafkalite.broker.topic_admin import TopicAdmin
 from kafkalite.coordinator.config import OFFSETS_TOPIC
-from kafkalite.errors import FencedLeaderEpochError, NotLeaderOrFollowerError, UnknownLeaderEpochError
+from kafkalite.errors import (
+    FencedLeaderEpochError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
+    UnknownLeaderEpochError,
+)
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol.error_codes import ErrorCode
 from kafkalite.records import SimpleRecord, build_batch, iter_batches
@@ -212,3 +219,260 @@ def test_coordinator_writes_through_the_replica_manager(broker_parts) -> None:
     part.make_follower(2, 1, [2], [2, NODE])
     with pytest.raises(NotLeaderOrFollowerError):
         coord.topic.append(1, [(b"k", b"v2")])
+
+
+# --- leader side of replication: follower records, the commit rule, the ISR (reference §3.1-3.7) ---------
+
+F2, F3 = 2, 3
+LAG = 1000
+
+
+def replicated(lg: Log, isr: list[int] | None = None, epoch: int = 1, now: int = 0, **kw: object) -> Partition:
+    part = Partition("t", 0, lg, NODE, lag_time_max_ms=LAG, **kw)  # type: ignore[arg-type]
+    part.make_leader(epoch, isr=isr or [NODE, F2, F3], replicas=[NODE, F2, F3], partition_epoch=4,
+                     controller_epoch=9, now_ms=now)
+    return part
+
+
+def test_hw_is_the_smallest_leo_of_the_isr_and_waits_for_followers_of_the_new_epoch(lg: Log) -> None:
+    part = replicated(lg)
+    part.append_records_to_leader(batch(5))
+    assert lg.high_watermark == 0  # no follower has fetched in this epoch: their LEOs are unknown
+    assert part.update_follower_fetch_state(F2, 5, 0, now_ms=10) is False  # F3 still unknown
+    assert part.update_follower_fetch_state(F3, 3, 0, now_ms=10) is True
+    assert lg.high_watermark == 3
+    assert part.update_follower_fetch_state(F3, 5, 0, now_ms=20) is True and lg.high_watermark == 5
+    # only forward: a follower reporting less (it truncated) does not move the HW back
+    assert part.update_follower_fetch_state(F3, 2, 0, now_ms=30) is False and lg.high_watermark == 5
+
+
+def test_both_catch_up_rules(lg: Log) -> None:
+    part = replicated(lg, now=0)
+    part.append_records_to_leader(batch(4))
+    r = part.remote[F2]
+    # behind the leader, but at least where the leader was at the previous fetch (make_leader: LEO 0 at t=0)
+    part.update_follower_fetch_state(F2, 2, 0, now_ms=500, leader_leo=4)
+    assert r.last_caught_up_time_ms == 0 and r.last_fetch_leader_leo == 4 and r.last_fetch_time_ms == 500
+    part.update_follower_fetch_state(F2, 4, 0, now_ms=900, leader_leo=6)  # reached the LEO of the last fetch
+    assert r.last_caught_up_time_ms == 500
+    part.update_follower_fetch_state(F2, 6, 0, now_ms=1200, leader_leo=6)  # at the leader's LEO: caught up now
+    assert r.last_caught_up_time_ms == 1200
+    part.update_follower_fetch_state(F2, 6, 0, now_ms=1300, leader_leo=9)  # still behind 6 < 9 but >= 6
+    assert r.last_caught_up_time_ms == 1200 and r.leo == 6
+
+
+def test_caught_up_follower_outside_the_isr_counts_for_the_hw(lg: Log) -> None:
+    part = replicated(lg, isr=[NODE, F2], now=0)
+    part.append_records_to_leader(batch(6))
+    # F3, outside the ISR, reached the leader's LEO of its previous fetch (make_leader's): caught up at t=0
+    part.update_follower_fetch_state(F3, 2, 0, now_ms=10, leader_leo=6)
+    part.update_follower_fetch_state(F2, 6, 0, now_ms=10)
+    assert lg.high_watermark == 2  # so it bounds the HW
+    part.update_follower_fetch_state(F3, 2, 0, now_ms=LAG + 1, leader_leo=6)  # stuck for longer than the lag
+    part.update_follower_fetch_state(F2, 6, 0, now_ms=LAG + 1)
+    assert lg.high_watermark == 6  # no longer caught up: it does not hold the HW back
+    part.append_records_to_leader(batch(2))
+    part.update_follower_fetch_state(F3, 8, 0, now_ms=LAG + 2)  # caught up again: it bounds the HW again
+    part.update_follower_fetch_state(F2, 8, 0, now_ms=LAG + 2)
+    assert lg.high_watermark == 8
+
+
+def test_kip_966_hw_advances_only_with_min_isr(tmp_path: Path) -> None:
+    for rule, expected in ((True, 0), (False, 3)):
+        the_log = Env().open(tmp_path / f"r{rule}" / "t-0", {"min.insync.replicas": 2})
+        try:
+            part = replicated(the_log, isr=[NODE], hw_requires_min_isr=rule)
+            part.append_records_to_leader(batch(3))
+            assert the_log.high_watermark == expected
+        finally:
+            the_log.close()
+
+
+def test_single_replica_needs_no_follower_and_min_isr_caps_at_the_replication_factor(tmp_path: Path) -> None:
+    the_log = Env().open(tmp_path / "t-0", {"min.insync.replicas": 2})
+    try:
+        part = Partition("t", 0, the_log, NODE)
+        part.make_leader(0, [NODE], [NODE])
+        part.append_records_to_leader(batch(3))
+        assert the_log.high_watermark == 3 and not part.remote
+        with pytest.raises(NotEnoughReplicasError):  # acks=all is still refused (Kafka does so too)
+            part.check_enough_replicas_for_acks_all()
+    finally:
+        the_log.close()
+
+
+def test_expand_is_pending_until_committed_and_counts_for_the_hw(lg: Log) -> None:
+    part = replicated(lg, isr=[NODE, F2], now=0)
+    part.append_records_to_leader(batch(4))
+    part.update_follower_fetch_state(F2, 4, 0, now_ms=10)
+    assert lg.high_watermark == 4
+    part.update_follower_fetch_state(F3, 3, 0, now_ms=10)
+    assert part.maybe_expand_isr(F3, 10) is None  # below the HW
+    part.update_follower_fetch_state(F3, 4, 0, now_ms=20)
+    change = part.maybe_expand_isr(F3, 20)
+    assert change is not None and change.expand and change.isr == (NODE, F2, F3) and change.partition_epoch == 4
+    assert part.isr == [NODE, F2] and part.maximal_isr == [NODE, F2, F3]
+    assert part.maybe_expand_isr(F3, 20) is None and part.maybe_shrink_isr(10_000) is None  # one at a time
+    part.append_records_to_leader(batch(1))
+    part.update_follower_fetch_state(F2, 5, 0, now_ms=30)
+    assert lg.high_watermark == 4  # F3 (pending) holds it
+    part.complete_isr_change(change, 5)
+    assert part.isr == [NODE, F2, F3] and part.partition_epoch == 5 and part.pending is None
+
+
+def test_expand_needs_the_epoch_start_offset(lg: Log) -> None:
+    part = replicated(lg, isr=[NODE, F2], now=0)
+    part.append_records_to_leader(batch(4))
+    part.make_leader(2, [NODE, F2], [NODE, F2, F3], now_ms=0)  # epoch 2 starts at 4
+    assert part.leader_epoch_start_offset == 4
+    lg.update_high_watermark(2)
+    part.update_follower_fetch_state(F3, 3, 0, now_ms=10)
+    assert part.maybe_expand_isr(F3, 10) is None  # >= HW 2 but below the epoch start 4
+    part.update_follower_fetch_state(F3, 4, 0, now_ms=20)
+    assert part.maybe_expand_isr(F3, 20) is not None
+
+
+def test_shrink_after_the_lag_time_keeps_the_old_isr_until_committed(lg: Log) -> None:
+    part = replicated(lg, now=0)
+    part.append_records_to_leader(batch(3))
+    part.update_follower_fetch_state(F2, 3, 0, now_ms=100)
+    part.update_follower_fetch_state(F3, 1, 0, now_ms=100)
+    assert part.maybe_shrink_isr(LAG) is None  # F3 last caught up at make_leader (0): LAG has not passed
+    change = part.maybe_shrink_isr(LAG + 1)
+    assert change is not None and not change.expand and change.isr == (NODE, F2)
+    assert part.isr == [NODE, F2, F3] and lg.high_watermark == 1  # the old ISR governs while pending
+    assert part.complete_isr_change(change, 5) is True
+    assert part.isr == [NODE, F2] and lg.high_watermark == 3
+
+
+def test_a_conflicting_isr_write_keeps_the_old_isr_until_the_next_leader_and_isr(lg: Log) -> None:
+    part = replicated(lg, now=0)
+    part.append_records_to_leader(batch(3))
+    part.update_follower_fetch_state(F2, 3, 0, now_ms=100)
+    change = part.maybe_shrink_isr(LAG + 1)
+    assert change is not None
+    part.complete_isr_change(change, None)
+    assert part.isr == [NODE, F2, F3] and part.pending is None and part.isr_frozen
+    assert part.maybe_shrink_isr(LAG + 2) is None
+    part.make_leader(2, [NODE, F2], [NODE, F2, F3], partition_epoch=7, now_ms=LAG + 3)
+    assert not part.isr_frozen and part.isr == [NODE, F2]
+    # an answer for a change from before the LeaderAndIsr is ignored
+    assert part.complete_isr_change(change, 9) is False and part.isr == [NODE, F2] and part.partition_epoch == 7
+
+
+def test_make_leader_resets_follower_records(lg: Log) -> None:
+    part = replicated(lg, isr=[NODE, F2], now=0)
+    part.append_records_to_leader(batch(2))
+    part.update_follower_fetch_state(F2, 2, 0, now_ms=50)
+    part.make_leader(2, [NODE, F2], [NODE, F2, F3], now_ms=70)  # already leader: positions kept
+    assert part.remote[F2].leo == 2 and part.remote[F2].last_caught_up_time_ms == 70
+    assert part.remote[F3].last_caught_up_time_ms == NEVER_MS and part.remote[F2].last_fetch_leader_leo == 2
+    part.make_follower(F2, 3, [NODE, F2], [NODE, F2, F3])
+    assert not part.remote and part.leader_epoch_start_offset is None
+    part.make_leader(4, [NODE, F2], [NODE, F2, F3], now_ms=90)  # newly leader: positions unknown again
+    assert part.remote[F2].leo == -1 and part.controller_epoch == -1
+
+
+def test_replica_outside_the_assignment_gets_no_records(lg: Log) -> None:
+    part = replicated(lg)
+    part.append_records_to_leader(batch(2))
+    r = part.read(0, 10_000, isolation=FetchIsolation.LOG_END, min_one_message=True, replica_id=7)
+    assert (r.error, r.size, r.leader_log_end) == (0, 0, 2)
+    assert part.update_follower_fetch_state(7, 2, 0, now_ms=1) is False
+    r = part.read(0, 10_000, isolation=FetchIsolation.LOG_END, min_one_message=True, replica_id=F2)
+    assert r.size > 0 and r.high_watermark == 0
+
+
+def test_offset_not_available_until_the_hw_reaches_the_epoch_start(lg: Log) -> None:
+    part = replicated(lg, isr=[NODE, F2])
+    part.append_records_to_leader(batch(3))
+    part.make_leader(2, [NODE, F2], [NODE, F2, F3], now_ms=0)
+    with pytest.raises(OffsetNotAvailableError):
+        part.check_offset_available()
+    part.update_follower_fetch_state(F2, 3, 0, now_ms=1)
+    part.check_offset_available()
+
+
+def test_high_watermarks_are_restored_from_the_checkpoint_as_min_with_the_leo(tmp_path: Path) -> None:
+    props = {"log.dirs": str(tmp_path / "data"), "node.id": NODE, "zookeeper.connect": "127.0.0.1:1/x"}
+    cfg = BrokerConfig.load(None, props)
+    lm = LogManager(cfg.log_dirs, cfg.log_config(), cfg.manager_config())
+    a = lm.get_or_create_log("a", 0)
+    b = lm.get_or_create_log("b", 0)
+    for lg_ in (a, b):
+        lg_.append_as_leader(batch(5), 0)
+    a.update_high_watermark(4)
+    b.update_high_watermark(5)
+    rm = ReplicaManager(cfg, lm, MetadataStore(lm.dirs[0].path))
+    rm.checkpoint_high_watermarks()
+    lm.shutdown()
+    # b loses its tail (as after a crash): its HW can't be above its LEO
+    lm = LogManager(cfg.log_dirs, cfg.log_config(), cfg.manager_config())
+    try:
+        b = lm.get_log("b", 0)
+        assert b is not None
+        b.truncate_to(3)
+        assert lm.get_log("a", 0).high_watermark == 0  # type: ignore[union-attr]
+        rm = ReplicaManager(cfg, lm, MetadataStore(lm.dirs[0].path))
+        rm.startup()
+        assert not rm.partitions  # a cluster broker leads nothing before LeaderAndIsr
+        assert lm.get_log("a", 0).high_watermark == 4  # type: ignore[union-attr]
+        assert b.high_watermark == 3
+    finally:
+        lm.shutdown()
+
+
+def _led_with_followers(rm: ReplicaManager, topic: str) -> Partition:
+    part = rm.partitions[(topic, 0)]
+    part.make_leader(1, [NODE, F2], [NODE, F2], now_ms=0)
+    part.lag_time_max_ms = LAG
+    return part
+
+
+def test_list_offsets_latest_is_not_available_below_the_epoch_start(broker_parts) -> None:
+    rm, admin = broker_parts
+    admin.create_topic("fresh", 1, {})
+    rm.append("fresh", 0, batch(3))
+    part = _led_with_followers(rm, "fresh")  # a new epoch starting at 3; HW 3 already (single-broker past)
+    part.log.update_high_watermark(1)  # as a new leader whose HW lags its epoch start
+    got = rm.list_offset("fresh", 0, -1, isolation=FetchIsolation.HIGH_WATERMARK)
+    assert got["error_code"] == ErrorCode.OFFSET_NOT_AVAILABLE
+    assert rm.list_offset("fresh", 0, -2, isolation=FetchIsolation.HIGH_WATERMARK)["error_code"] == 0
+    assert rm.list_offset("fresh", 0, -1, isolation=None)["offset"] == 3  # a replica asks: the log end
+    part.update_follower_fetch_state(F2, 3, 0, now_ms=1)
+    assert rm.list_offset("fresh", 0, -1, isolation=FetchIsolation.HIGH_WATERMARK)["offset"] == 3
+
+
+def test_wait_for_commit_outcomes(broker_parts) -> None:
+    rm, admin = broker_parts
+    admin.create_topic("w", 1, {"min.insync.replicas": "2"})
+
+    async def scenario() -> None:
+        part = _led_with_followers(rm, "w")
+        out = rm.append("w", 0, batch(2), acks_all=True)
+        assert out["error_code"] == 0 and out["_required_offset"] == 2
+        # an offset already committed answers at once
+        assert await rm.wait_for_commit("w", 0, 0, 1000) == ErrorCode.NONE
+        assert await rm.wait_for_commit("w", 0, 2, 50) == ErrorCode.REQUEST_TIMED_OUT
+        waiter = asyncio.ensure_future(rm.wait_for_commit("w", 0, 2, 5000))
+        await asyncio.sleep(0.01)
+        rm._follower_fetched("w", 0, F2, 2, 0, part.log.log_end_offset)  # the follower reached offset 2
+        assert await waiter == ErrorCode.NONE
+        rm.append("w", 0, batch(1), acks_all=True)
+        waiter = asyncio.ensure_future(rm.wait_for_commit("w", 0, 3, 5000))
+        await asyncio.sleep(0.01)
+        part.make_follower(F2, 2, [F2, NODE], [NODE, F2])
+        rm.purgatory.wake(("w", 0))
+        assert await waiter == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        # the committed ISR is below min.insync.replicas: refused before the append
+        part.make_leader(3, [NODE], [NODE, F2], now_ms=0)
+        end = part.log.log_end_offset
+        out = rm.append("w", 0, batch(1), acks_all=True)
+        assert out["error_code"] == ErrorCode.NOT_ENOUGH_REPLICAS and part.log.log_end_offset == end
+        # committed while the maximal ISR is below min.insync (the KIP-966 rule off): AFTER_APPEND
+        part.hw_requires_min_isr = False
+        out = rm.append("w", 0, batch(1))
+        part.update_follower_fetch_state(F2, end + 1, 0, now_ms=1)
+        assert await rm.wait_for_commit("w", 0, end + 1, 100) == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+    asyncio.run(scenario())

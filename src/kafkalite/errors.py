@@ -250,3 +250,31 @@ class UnknownLeaderEpochError(KafkaliteError):
     """The client's leader epoch is newer than the partition's (UNKNOWN_LEADER_EPOCH)."""
 
     error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+class NotEnoughReplicasError(KafkaliteError):
+    """acks=all with fewer in-sync replicas than the topic's min.insync.replicas: nothing was written
+    (NOT_ENOUGH_REPLICAS, retriable)."""
+
+    error_code = ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+class NotEnoughReplicasAfterAppendError(KafkaliteError):
+    """acks=all whose records were written and committed while the ISR was smaller than min.insync.replicas
+    (NOT_ENOUGH_REPLICAS_AFTER_APPEND): a retry duplicates unless the producer is idempotent."""
+
+    error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+class RequestTimedOutError(KafkaliteError):
+    """A delayed operation (acks=all produce, DeleteRecords) did not complete within its timeout
+    (REQUEST_TIMED_OUT); what it wrote may still commit later."""
+
+    error_code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class OffsetNotAvailableError(KafkaliteError):
+    """A new leader's high watermark is still below its epoch's start offset, so a latest offset could go
+    backwards (OFFSET_NOT_AVAILABLE, retriable)."""
+
+    error_code = ErrorCode.OFFSET_NOT_AVAILABLE

@@ -7,6 +7,7 @@ A handler returns None only for acks=0 produce requests, which Kafka never answe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import shutil
@@ -199,6 +200,7 @@ class KafkaApis:
             refuse = None
         responses = []
         failed = False
+        waiting: list[tuple[str, dict[str, Any]]] = []
         for topic in body.get("topic_data", []):
             name = topic.get("name")
             parts = []
@@ -206,10 +208,15 @@ class KafkaApis:
                 if refuse is not None:
                     entry = {"index": pd["index"], "error_code": refuse, "base_offset": -1}
                 else:
-                    entry = self.replicas.append(name, pd["index"], pd.get("records"))
+                    entry = self.replicas.append(name, pd["index"], pd.get("records"), acks_all=acks == -1)
+                    if "_required_offset" in entry:
+                        waiting.append((name, entry))
                 failed |= entry["error_code"] != E.NONE
                 parts.append(entry)
             responses.append({"name": name, "partition_responses": parts})
+        if waiting:  # acks=all and the followers have yet to replicate (DelayedProduce)
+            timeout_ms = body.get("timeout_ms", 30000)
+            await asyncio.gather(*(self.replicas.complete_produce(n, e, timeout_ms) for n, e in waiting))
         if acks == 0:
             if failed:
                 raise CloseConnection("an acks=0 produce request failed")
@@ -236,9 +243,14 @@ class KafkaApis:
                                p.get("current_leader_epoch", -1), p.get("last_fetched_epoch", -1)))
         max_bytes = body.get("max_bytes", 0x7FFFFFFF)
         max_bytes = min(max_bytes if max_bytes > 0 else 0x7FFFFFFF, self.config.get("fetch.max.bytes"))
+        replica_id = body.get("replica_id", -1)
+        if replica_id < 0:
+            replica_id = (body.get("replica_state") or {}).get("replica_id", -1)  # v15+ moved it there
+        starts = [p.get("log_start_offset", -1) for t in body.get("topics", []) for p in t.get("partitions", [])]
         reads = await self.replicas.fetch(wanted, max_wait_ms=body.get("max_wait_ms", 0),
                                           min_bytes=body.get("min_bytes", 1), max_bytes=max_bytes,
-                                          isolation=isolation)
+                                          isolation=isolation, replica_id=replica_id,
+                                          log_start_offsets=starts if replica_id >= 0 else None)
         responses: list[dict[str, Any]] = []
         for r in reads:
             if not responses or responses[-1]["topic"] != r.topic:
@@ -269,10 +281,15 @@ class KafkaApis:
 
     async def delete_records(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
         topics = []
+        waiting = []
         for t in body.get("topics", []):
             parts = [self.replicas.delete_records(t["name"], p["partition_index"], p["offset"])
                      for p in t.get("partitions", [])]
+            waiting += [(t["name"], e) for e in parts if "_target" in e]
             topics.append({"name": t["name"], "partitions": parts})
+        if waiting:  # followers have yet to move their log start (DelayedDeleteRecords)
+            timeout_ms = body.get("timeout_ms", 30000)
+            await asyncio.gather(*(self.replicas.complete_delete_records(n, e, timeout_ms) for n, e in waiting))
         return {"throttle_time_ms": 0, "topics": topics}
 
     async def offset_for_leader_epoch(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:

@@ -32,7 +32,6 @@ from typing import Any, Protocol
 from kafkalite.broker.apis import CloseConnection, KafkaApis
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import INTERNAL_TOPICS, validate_topic_name, write_partition_topic_id
-from kafkalite.broker.partition import Partition
 from kafkalite.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
 from kafkalite.cluster import znodes as z
@@ -110,6 +109,8 @@ class ClusterNode:
         self.fetchers = ReplicaFetcherManager(FetcherSettings.from_config(config),
                                               lambda t, p: replicas.partitions.get((t, p)),
                                               replicas.io_failed)
+        self._stopping = asyncio.Event()
+        self._isr_expiration: asyncio.Task[None] | None = None
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -137,11 +138,19 @@ class ClusterNode:
         self.store.on_session_lost = self._session_lost
         self.store.on_session_restored = self._session_restored
         self.controller.start()
+        # leader side of replication: ISR changes are committed to the store; DeleteRecords waits for live replicas
+        self.replicas.isr_store = self.store
+        self.replicas.broker_alive = lambda b: b in self.cache.brokers
+        self._isr_expiration = asyncio.get_running_loop().create_task(
+            self.replicas.run_isr_expiration(self._stopping), name="isr-expiration")
         self._install()
         self.store.watch_children(z.CONFIG_CHANGES, self._on_config_changes)
         await self._sync_local_configs()
 
     async def stop(self) -> None:
+        self._stopping.set()
+        if self._isr_expiration is not None:
+            await self._isr_expiration
         await self.fetchers.stop()
         await self.controller.stop()
         await self.store.close()
@@ -252,6 +261,7 @@ class ClusterNode:
             configs = await self.store.topic_config(topic)
             self.fetchers.remove_partition(topic, p)  # before the role changes off the loop (Kafka's order)
             await asyncio.to_thread(self._ensure_local, topic, topic_id, p, configs, s)
+            self.replicas.purgatory.wake((topic, p))  # on the loop: waiting produces see the new role
             if s["leader"] != self.node_id:
                 self.fetchers.add_partition(self.replicas.partitions[(topic, p)])
         except (KafkaliteError, OSError) as exc:
@@ -282,13 +292,13 @@ class ClusterNode:
         write_partition_topic_id(lg.dir, info.topic_id)
         part = self.replicas.partitions.get((topic, p))
         if part is None or part.log is not lg:
-            part = self.replicas.partitions[(topic, p)] = Partition(topic, p, lg, self.node_id)
+            part = self.replicas.partitions[(topic, p)] = self.replicas.new_partition(lg)
         replicas, isr = list(s["replicas"]), list(s["isr"])
         if s["leader"] == self.node_id:
-            part.make_leader(s["leader_epoch"], isr, replicas, s.get("partition_epoch", 0))
+            part.make_leader(s["leader_epoch"], isr, replicas, s.get("partition_epoch", 0),
+                             controller_epoch=s.get("controller_epoch", -1))
         else:
             part.make_follower(s["leader"], s["leader_epoch"], isr, replicas, s.get("partition_epoch", 0))
-        self.replicas.purgatory.wake((topic, p))
 
     async def stop_replica(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
         try:

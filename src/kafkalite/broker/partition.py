@@ -8,20 +8,32 @@ the log on the request path: the leader epoch cache says which epochs the log *h
 this broker *leads* at.
 
 The commit rule lives in one method, `maybe_increment_high_watermark`: the high watermark is the smallest
-log end offset over the in-sync replicas (Kafka's maybeIncrementLeaderHW). With no followers yet the only
-in-sync replica is the leader, so the HW follows the leader's log end; follower LEOs, fed by replica
-fetches, drop into `_isr_log_end_offsets`. It runs after appends and leadership changes, never inside a
-read: a read must not commit anything.
+log end offset over the leader and the followers in the maximal ISR or caught up (Kafka's
+maybeIncrementLeaderHW, reference §3.5), only forward, and (KIP-966) only while the committed ISR has
+min.insync.replicas members. A partition without followers (single-broker mode, replication factor 1) takes
+a short path: the HW follows the log end at once. It runs after appends, follower fetches, ISR changes and
+leadership changes, never inside a read: a read must not commit anything.
+
+On the leader, each follower has a `RemoteReplica` record fed by its replica fetches (§3.3). The ISR is
+`isr` (committed: what the store holds) plus at most one change in flight (`pending`): a shrink or an
+expansion is proposed here, written to the store by the ReplicaManager with a compare-and-set on
+`partition_epoch`, and only then applied by `complete_isr_change`. While an expansion is pending its new
+member already counts for the HW and acks=all (the "maximal ISR"); while a shrink is pending the old,
+larger ISR still governs.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kafkalite.errors import (
     FencedLeaderEpochError,
     KafkaliteError,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
@@ -29,8 +41,43 @@ from kafkalite.storage.file_records import FileSlice
 from kafkalite.storage.log import FetchIsolation, Log, LogAppendInfo
 from kafkalite.storage.producer_state import AppendOrigin
 
+
+def monotonic_ms() -> int:
+    """The clock of follower fetch and catch-up times (immune to wall-clock steps)."""
+    return int(time.monotonic() * 1000)
+
 NO_LEADER = -1
 NO_EPOCH = -1
+UNKNOWN_OFFSET = -1
+DEFAULT_LAG_TIME_MAX_MS = 30000  # replica.lag.time.max.ms
+NEVER_MS = -(2**62)  # "never caught up" on the monotonic clock, which may be small after boot
+
+
+@dataclass(slots=True)
+class RemoteReplica:
+    """What the leader knows of one follower (Kafka's Replica): its log end and start as its fetches say,
+    and when it was last caught up with the leader (§3.3's two rules)."""
+
+    broker_id: int
+    leo: int = UNKNOWN_OFFSET
+    log_start_offset: int = UNKNOWN_OFFSET
+    last_fetch_leader_leo: int = UNKNOWN_OFFSET
+    last_fetch_time_ms: int = 0
+    last_caught_up_time_ms: int = NEVER_MS
+
+    def caught_up(self, leader_leo: int, now_ms: int, lag_time_max_ms: int) -> bool:
+        return self.leo == leader_leo or now_ms - self.last_caught_up_time_ms <= lag_time_max_ms
+
+
+@dataclass(frozen=True, slots=True)
+class IsrChange:
+    """One ISR change in flight: the ISR proposed to the store, written against `partition_epoch` (the
+    state's version) at `leader_epoch`. `expand` tells a PendingExpand from a PendingShrink."""
+
+    isr: tuple[int, ...]
+    expand: bool
+    leader_epoch: int
+    partition_epoch: int
 
 
 @dataclass(slots=True)
@@ -46,6 +93,7 @@ class PartitionRead:
     records: FileSlice | bytes = b""
     aborted: list[dict[str, int]] | None = None
     diverging: tuple[int, int] | None = None
+    leader_log_end: int = -1  # the leader's LEO before the read (a follower's catch-up rule uses it)
 
     @property
     def size(self) -> int:
@@ -64,7 +112,14 @@ class Partition:
     _leader_epoch: int = NO_EPOCH
     partition_epoch: int = 0  # the version of the partition state (Kafka's zkVersion / partitionEpoch)
     replicas: list[int] = field(default_factory=list)
-    isr: list[int] = field(default_factory=list)
+    isr: list[int] = field(default_factory=list)  # committed: what the store holds
+    controller_epoch: int = -1  # of the controller that made this broker leader; written back with ISR changes
+    lag_time_max_ms: int = DEFAULT_LAG_TIME_MAX_MS
+    hw_requires_min_isr: bool = True  # KIP-966 rule 1 (replica.high.watermark.requires.min.isr)
+    leader_epoch_start_offset: int | None = None
+    remote: dict[int, RemoteReplica] = field(default_factory=dict)
+    pending: IsrChange | None = None
+    isr_frozen: bool = False  # a conflicting ISR write: no more changes until the next LeaderAndIsr
 
     @classmethod
     def led_alone(cls, lg: Log, broker_id: int = 0) -> Partition:
@@ -94,10 +149,13 @@ class Partition:
 
     # --- role changes ---------------------------------------------------------------------------
 
-    def make_leader(self, leader_epoch: int, isr: list[int], replicas: list[int], partition_epoch: int = 0) -> bool:
-        """Lead at `leader_epoch` (Kafka's Partition.makeLeader); True when this broker was not leading
+    def make_leader(self, leader_epoch: int, isr: list[int], replicas: list[int], partition_epoch: int = 0,
+                    controller_epoch: int = -1, now_ms: int | None = None) -> bool:
+        """Lead at `leader_epoch` (Kafka's Partition.makeLeader, §3.1); True when this broker was not leading
         before. A new epoch the log already moved past is recorded at the log end, so OffsetsForLeaderEpoch
-        answers for it before the first append; in single-broker mode the epoch is the log's own, a no-op."""
+        answers for it before the first append; in single-broker mode the epoch is the log's own, a no-op.
+        Follower records are reset: every ISR member gets a full lag time to fetch in the new epoch, and a
+        broker that just became leader knows no follower's log end, so the HW waits for their fetches."""
         was_leader = self.is_leader
         latest = self.log.latest_epoch
         if latest is not None and leader_epoch > latest:
@@ -105,8 +163,26 @@ class Partition:
         self.leader_id = self.local_broker_id
         self._leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
+        self.controller_epoch = controller_epoch
         self.isr = list(isr)
         self.replicas = list(replicas)
+        self.pending = None
+        self.isr_frozen = False
+        leo = self.log.log_end_offset
+        self.leader_epoch_start_offset = leo
+        followers = [b for b in replicas if b != self.local_broker_id]
+        # built whole, then swapped in: LeaderAndIsr is applied on a worker thread while fetches read it
+        remote: dict[int, RemoteReplica] = {}
+        if followers:
+            now = monotonic_ms() if now_ms is None else now_ms
+            old = self.remote if was_leader else {}
+            for b in followers:
+                r = old.get(b) or RemoteReplica(b)
+                r.last_fetch_leader_leo = leo
+                r.last_fetch_time_ms = now
+                r.last_caught_up_time_ms = now if b in self.isr else NEVER_MS
+                remote[b] = r
+        self.remote = remote
         self.maybe_increment_high_watermark()
         return not was_leader
 
@@ -121,6 +197,9 @@ class Partition:
         self.partition_epoch = partition_epoch
         self.isr = list(isr)
         self.replicas = list(replicas)
+        self.leader_epoch_start_offset = None
+        self.remote = {}
+        self.pending = None
         return changed
 
     # --- checks ---------------------------------------------------------------------------------
@@ -150,22 +229,142 @@ class Partition:
 
     # --- the commit rule ------------------------------------------------------------------------
 
-    def _isr_log_end_offsets(self) -> list[int]:
-        """The log end offsets of the in-sync replicas this broker knows: its own only, until followers
-        report theirs through replica fetches."""
-        return [self.log.log_end_offset]
+    @property
+    def maximal_isr(self) -> list[int]:
+        """The committed ISR, plus the member of an expansion in flight (it only makes HW and acks=all
+        stricter); a pending shrink still counts its leaving members."""
+        if self.pending is not None and self.pending.expand:
+            return list(self.pending.isr)
+        return self.isr
 
-    def maybe_increment_high_watermark(self) -> bool:
-        """HW := min LEO over the ISR, never backwards; True when it moved (waiters may complete)."""
+    @property
+    def min_insync_replicas(self) -> int:
+        return self.log.config.min_insync_replicas
+
+    def maybe_increment_high_watermark(self, now_ms: int | None = None) -> bool:
+        """THE commit rule (§3.5): HW := min LEO over the leader and every follower in the maximal ISR or
+        caught up, never backwards, and (KIP-966) only while the committed ISR has min.insync.replicas
+        members (at most the replication factor); True when it moved (waiters may complete)."""
         if not self.is_leader:
             return False
-        new_hw = min(self._isr_log_end_offsets())
-        if new_hw == self.log.log_end_offset:
-            return self.log.maybe_increment_high_watermark(self.log.log_end_offset_metadata) is not None
-        if new_hw > self.log.high_watermark:
-            self.log.update_high_watermark(new_hw)
+        lg = self.log
+        if not self.remote:  # no followers: the HW follows the log end
+            return lg.maybe_increment_high_watermark(lg.log_end_offset_metadata) is not None
+        if self.hw_requires_min_isr and len(self.isr) < min(self.min_insync_replicas, len(self.replicas)):
+            return False
+        leo = lg.log_end_offset
+        now = monotonic_ms() if now_ms is None else now_ms
+        maximal = self.maximal_isr
+        new_hw = leo
+        for r in self.remote.values():
+            if r.broker_id in maximal or r.caught_up(leo, now, self.lag_time_max_ms):
+                new_hw = min(new_hw, r.leo)
+        if new_hw == leo:
+            return lg.maybe_increment_high_watermark(lg.log_end_offset_metadata) is not None
+        if new_hw > lg.high_watermark:
+            lg.update_high_watermark(new_hw)
             return True
         return False
+
+    # --- leader: followers and the ISR ----------------------------------------------------------------
+
+    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, log_start_offset: int,
+                                    now_ms: int, leader_leo: int | None = None) -> bool:
+        """Record a follower's fetch at `fetch_offset` (its log end), §3.3: both catch-up rules against the
+        leader's LEO before the read (`leader_leo`). True when the HW moved. A replica outside the assignment
+        records nothing (the caller then answers without records)."""
+        r = self.remote.get(replica_id)
+        if r is None or not self.is_leader:
+            return False
+        leo = self.log.log_end_offset if leader_leo is None else leader_leo
+        if fetch_offset >= leo:
+            r.last_caught_up_time_ms = max(r.last_caught_up_time_ms, now_ms)
+        elif fetch_offset >= r.last_fetch_leader_leo:
+            r.last_caught_up_time_ms = max(r.last_caught_up_time_ms, r.last_fetch_time_ms)
+        r.leo = fetch_offset
+        r.log_start_offset = log_start_offset
+        r.last_fetch_leader_leo = leo
+        r.last_fetch_time_ms = now_ms
+        return self.maybe_increment_high_watermark(now_ms)
+
+    def maybe_expand_isr(self, replica_id: int, now_ms: int) -> IsrChange | None:
+        """A follower outside the ISR that reached the HW and this epoch's start (§3.4) is proposed for the
+        ISR; the returned change is pending (counted for the HW) until the store has it."""
+        r = self.remote.get(replica_id)
+        if (r is None or not self.is_leader or self.pending is not None or self.isr_frozen
+                or replica_id in self.isr):
+            return None
+        start = self.leader_epoch_start_offset or 0
+        if r.leo < self.log.high_watermark or r.leo < start:
+            return None
+        self.pending = IsrChange(tuple([*self.isr, replica_id]), True, self._leader_epoch, self.partition_epoch)
+        return self.pending
+
+    def out_of_sync_replicas(self, now_ms: int) -> list[int]:
+        """ISR followers that are behind the leader's log end and have not been caught up for
+        replica.lag.time.max.ms (Kafka's getOutOfSyncReplicas)."""
+        leo = self.log.log_end_offset
+        return [b for b in self.isr if b != self.local_broker_id and b in self.remote
+                and not self.remote[b].caught_up(leo, now_ms, self.lag_time_max_ms)]
+
+    def maybe_shrink_isr(self, now_ms: int) -> IsrChange | None:
+        """Propose the ISR without the out-of-sync followers; the old ISR governs until the store has it."""
+        if not self.is_leader or self.pending is not None or self.isr_frozen:
+            return None
+        out = self.out_of_sync_replicas(now_ms)
+        if not out:
+            return None
+        self.pending = IsrChange(tuple(b for b in self.isr if b not in out), False, self._leader_epoch,
+                                 self.partition_epoch)
+        return self.pending
+
+    def complete_isr_change(self, change: IsrChange, partition_epoch: int | None) -> bool:
+        """The store's answer to `change`: its new version (committed: the ISR takes effect) or None (a
+        conflicting write: keep the old ISR and propose nothing until the next LeaderAndIsr). Answers for a
+        change that is no longer the one in flight (a LeaderAndIsr came meanwhile) are ignored. True when
+        the HW moved."""
+        if self.pending is not change:
+            return False
+        self.pending = None
+        if partition_epoch is None:
+            self.isr_frozen = True
+            return False
+        self.isr = list(change.isr)
+        self.partition_epoch = partition_epoch
+        return self.maybe_increment_high_watermark()
+
+    def isr_change_failed(self, change: IsrChange) -> None:
+        """The write could not be made (the store unreachable): drop it; the next fetch or expiry run
+        proposes again."""
+        if self.pending is change:
+            self.pending = None
+
+    def check_enough_replicas_for_acks_all(self) -> None:
+        """acks=all before the append (§3.6): NOT_ENOUGH_REPLICAS when the committed ISR is smaller than the
+        topic's min.insync.replicas; nothing is written."""
+        need = self.min_insync_replicas
+        if len(self.isr) < need:
+            raise NotEnoughReplicasError(f"The size of the current ISR {self.isr} of {self.topic}-{self.partition} "
+                                         f"is insufficient to satisfy the min.isr requirement of {need}")
+
+    def check_offset_available(self) -> None:
+        """ListOffsets latest on a new leader whose HW is still below its epoch's start offset
+        (OFFSET_NOT_AVAILABLE): the answer could otherwise go backwards."""
+        start = self.leader_epoch_start_offset
+        if start is not None and self.log.high_watermark < start:
+            raise OffsetNotAvailableError(f"{self.topic}-{self.partition}: the high watermark "
+                                          f"{self.log.high_watermark} is below the start offset {start} of "
+                                          f"leader epoch {self._leader_epoch}")
+
+    def low_watermark(self, alive: Callable[[int], bool] = lambda _b: True) -> int:
+        """The smallest log start offset over the leader and the live followers (Kafka's
+        lowWatermarkIfLeader; DeleteRecords completes when it reaches the target). A live follower that has
+        not fetched in this epoch counts as -1: it may still hold the records."""
+        low = self.log.log_start_offset
+        for r in self.remote.values():
+            if alive(r.broker_id):
+                low = min(low, r.log_start_offset)
+        return low
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -180,15 +379,20 @@ class Partition:
         return info, moved
 
     def read(self, fetch_offset: int, max_bytes: int, *, isolation: FetchIsolation, min_one_message: bool,
-             current_leader_epoch: int = NO_EPOCH, last_fetched_epoch: int = NO_EPOCH) -> PartitionRead:
-        """A consumer's read from the leader; error codes in the result, OSError propagates. The
-        watermarks are the ones before the read; nothing here changes them."""
+             current_leader_epoch: int = NO_EPOCH, last_fetched_epoch: int = NO_EPOCH,
+             replica_id: int = -1) -> PartitionRead:
+        """A consumer's or a follower's (`replica_id` >= 0) read from the leader; error codes in the result,
+        OSError propagates. The watermarks and the leader's log end are the ones before the read; nothing
+        here changes them. A replica outside the assignment gets no records."""
         r = PartitionRead(self.topic, self.partition)
         try:
             lg = self.leader_log(current_leader_epoch)
             r.high_watermark = lg.high_watermark
             r.last_stable_offset = lg.last_stable_offset
             r.log_start_offset = lg.log_start_offset
+            r.leader_log_end = lg.log_end_offset
+            if replica_id >= 0 and replica_id not in self.remote:
+                return r
             if last_fetched_epoch >= 0:
                 epoch, end = lg.leader_epoch_cache.end_offset_for(last_fetched_epoch, lg.log_end_offset)
                 if epoch != last_fetched_epoch or end < fetch_offset:

@@ -9,8 +9,15 @@ lives in broker/topic_admin.py.
 
 In single-broker mode (`leads_all_local_logs`) this broker is the only replica and leader of every
 partition it holds, so the high watermark follows the log end after every append and acks=all completes
-with the local append. The cluster's LeaderAndIsr replaces exactly that through Partition.make_leader /
-make_follower.
+with the local append, without waiting. The cluster's LeaderAndIsr replaces exactly that through
+Partition.make_leader / make_follower.
+
+As a leader with followers (reference §3.3-3.7): replica fetches record each follower's position and may
+move the HW or propose an ISR expansion; a periodic task proposes ISR shrinks; each ISR change is written to
+the cluster store (`isr_store`, set by the cluster glue) with a compare-and-set before it takes effect.
+acks=all produce and other internal writers wait for the HW in `wait_for_commit` (Kafka's DelayedProduce):
+every wait is parked on the partition's key in `purgatory`, woken by appends, HW moves, leader changes
+and its own timeout.
 
 Everything here runs on the broker's event loop; Log calls are short (page-cache writes and index
 lookups), as in Kafka's request handler threads.
@@ -28,19 +35,24 @@ from typing import Any
 
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import INTERNAL_TOPICS, MetadataStore
-from kafkalite.broker.partition import Partition, PartitionRead
+from kafkalite.broker.partition import IsrChange, Partition, PartitionRead, monotonic_ms
 from kafkalite.broker.purgatory import Purgatory
+from kafkalite.cluster.store import ClusterStore
+from kafkalite.cluster.znodes import PartitionState
 from kafkalite.errors import (
     InvalidRecordError,
     InvalidTopicError,
     KafkaliteError,
     KafkaStorageError,
+    NotEnoughReplicasAfterAppendError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
 from kafkalite.manager.log_manager import LogManager, descriptor_advice, is_descriptor_exhaustion
 from kafkalite.protocol import FileRegion
+from kafkalite.protocol.error_codes import ErrorCode
 from kafkalite.records.batch import iter_batches
 from kafkalite.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from kafkalite.storage.file_records import FileSlice
@@ -92,14 +104,46 @@ class ReplicaManager:
         # Single-broker mode: this broker leads every partition it holds a log for, including logs made
         # directly on the LogManager (the coordinator's `__consumer_offsets`). A cluster turns this off and
         # sets roles with make_leader / make_follower from LeaderAndIsr.
-        self.leads_all_local_logs = True
+        # A cluster broker (zookeeper.connect) leads nothing before LeaderAndIsr, not even while it starts.
+        self.leads_all_local_logs = not config.get("zookeeper.connect")
+        self.lag_time_max_ms: int = config.get("replica.lag.time.max.ms")
+        self.hw_requires_min_isr: bool = config.get("replica.high.watermark.requires.min.isr")
+        # The cluster glue sets this: where leaders commit ISR changes (None: no store, no followers).
+        self.isr_store: ClusterStore | None = None
+        self._isr_writes: set[asyncio.Task[None]] = set()
+        # The cluster glue sets this: whether a broker is alive (DeleteRecords waits for live replicas only).
+        self.broker_alive: Callable[[int], bool] = lambda _b: True
 
     # --- partitions -------------------------------------------------------------------------------
 
     def startup(self) -> None:
-        """Single-broker mode: lead every local partition (call after TopicAdmin.startup made them)."""
+        """Restore each log's HW from replication-offset-checkpoint as min(checkpoint, LEO) (§3.5), then, in
+        single-broker mode, lead every local partition (call after TopicAdmin.startup made them). A cluster
+        broker leads nothing until the controller's LeaderAndIsr says so, so its HWs stay as restored."""
+        self.restore_high_watermarks()
+        if not self.leads_all_local_logs:
+            return
         for lg in self.logs.all_logs():
             self.lead_locally(lg)
+
+    def restore_high_watermarks(self) -> None:
+        for d in self.logs.dirs:
+            if d.offline:
+                continue
+            path = d.path / REPLICATION_OFFSET_CHECKPOINT_FILE
+            if not path.exists():
+                continue
+            saved = OffsetCheckpointFile(path).read_or_empty()
+            for tp, hw in saved.items():
+                lg = self.logs.get_log(tp[0], tp[1])
+                if lg is not None and lg.dir.parent == d.path and hw > lg.high_watermark:
+                    lg.update_high_watermark(min(hw, lg.log_end_offset))
+
+    def new_partition(self, lg: Log) -> Partition:
+        """A Partition of `lg` with this broker's replication settings, before any role (the cluster glue
+        then applies LeaderAndIsr with make_leader / make_follower)."""
+        return Partition(lg.topic, lg.partition, lg, self.node_id, lag_time_max_ms=self.lag_time_max_ms,
+                         hw_requires_min_isr=self.hw_requires_min_isr)
 
     def lead_locally(self, lg: Log) -> Partition:
         """Make this broker the only replica and leader of `lg`'s partition, at the epoch the log last
@@ -182,8 +226,12 @@ class ReplicaManager:
         return info
 
     def append(self, topic: str, partition: int, records: bytes | memoryview | None, *,
-               internal_allowed: bool = False, origin: AppendOrigin = AppendOrigin.CLIENT) -> dict[str, Any]:
-        """Append one partition's batch as leader; the produce response entry, errors included."""
+               internal_allowed: bool = False, origin: AppendOrigin = AppendOrigin.CLIENT,
+               acks_all: bool = False) -> dict[str, Any]:
+        """Append one partition's batch as leader; the produce response entry, errors included. With
+        `acks_all`, a committed ISR below min.insync.replicas refuses first (NOT_ENOUGH_REPLICAS), and
+        the entry gets a private "_required_offset" (last offset + 1) when the HW has not reached it yet:
+        the caller then waits for it (`complete_produce`)."""
         out: dict[str, Any] = {"index": partition, "error_code": 0, "base_offset": -1, "log_append_time_ms": -1,
                                "log_start_offset": -1, "record_errors": [], "error_message": None}
         try:
@@ -191,9 +239,14 @@ class ReplicaManager:
                 raise InvalidTopicError(f"Cannot append to internal topic {topic}")
             part = self.get_partition(topic, partition)
             batch = _check_one_batch(records)
+            if acks_all:
+                part.leader_log()
+                part.check_enough_replicas_for_acks_all()
             info = self._append_to(part, batch, origin)
             out.update(base_offset=info.first_offset, log_append_time_ms=info.log_append_time,
                        log_start_offset=part.log.log_start_offset)
+            if acks_all and part.log.high_watermark <= info.last_offset:
+                out["_required_offset"] = info.last_offset + 1
         except KafkaliteError as exc:
             out["error_code"] = error_code_of(exc)
             out["error_message"] = str(exc)
@@ -203,28 +256,77 @@ class ReplicaManager:
             log.debug("Produce to %s-%d failed: %s", topic, partition, exc)
         return out
 
+    async def complete_produce(self, topic: str, entry: dict[str, Any], timeout_ms: int) -> None:
+        """Wait for an acks=all entry that `append` marked with "_required_offset" and put the outcome in it
+        (Kafka's DelayedProduce for one partition)."""
+        required = entry.pop("_required_offset", None)
+        if required is None:
+            return
+        code = await self.wait_for_commit(topic, entry["index"], required, timeout_ms)
+        if code != ErrorCode.NONE:
+            tp = f"{topic}-{entry['index']}"
+            if code == ErrorCode.REQUEST_TIMED_OUT:
+                why = f"not replicated to the ISR up to offset {required} within {timeout_ms} ms"
+            elif code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+                why = f"offset {required} committed with fewer in-sync replicas than min.insync.replicas"
+            else:
+                why = "this broker is no longer the leader"
+            entry["error_code"] = code
+            entry["error_message"] = f"acks=all: {tp}: {why}"
+
+    def commit_status(self, topic: str, partition: int, required_offset: int) -> int | None:
+        """Kafka's checkEnoughReplicasReachOffset: None while waiting, else the outcome's error code."""
+        part = self.partitions.get((topic, partition))
+        if part is None or not part.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if part.high_watermark >= required_offset:
+            if len(part.maximal_isr) < part.min_insync_replicas:
+                return NotEnoughReplicasAfterAppendError.error_code
+            return ErrorCode.NONE
+        return None
+
+    async def wait_for_commit(self, topic: str, partition: int, required_offset: int, timeout_ms: int) -> int:
+        """Wait until the partition's HW reaches `required_offset` (an append's last offset + 1), as acks=all
+        does; returns an error code: NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND (committed with an ISR below
+        min.insync.replicas), NOT_LEADER_OR_FOLLOWER (leadership lost: the records may be truncated) or
+        REQUEST_TIMED_OUT (they may still commit). For every internal writer (the group coordinator too)."""
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        key = (topic, partition)
+        while True:
+            code = self.commit_status(topic, partition, required_offset)
+            if code is not None:
+                return code
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not await self.purgatory.wait([key], remaining):
+                code = self.commit_status(topic, partition, required_offset)
+                return RequestTimedOutError.error_code if code is None else code
+
     # --- fetch ------------------------------------------------------------------------------------
 
     def read_partition(self, topic: str, partition: int, fetch_offset: int, max_bytes: int, *,
                        isolation: FetchIsolation, min_one_message: bool, current_leader_epoch: int = -1,
-                       last_fetched_epoch: int = -1) -> PartitionRead:
+                       last_fetched_epoch: int = -1, replica_id: int = -1) -> PartitionRead:
         try:
             part = self.get_partition(topic, partition)
             try:
                 return part.read(fetch_offset, max_bytes, isolation=isolation, min_one_message=min_one_message,
-                                 current_leader_epoch=current_leader_epoch, last_fetched_epoch=last_fetched_epoch)
+                                 current_leader_epoch=current_leader_epoch, last_fetched_epoch=last_fetched_epoch,
+                                 replica_id=replica_id)
             except OSError as exc:
                 raise self.io_failed(topic, partition, exc) from exc
         except KafkaliteError as exc:
             return PartitionRead(topic, partition, error=error_code_of(exc))
 
     async def fetch(self, wanted: list[tuple[str, int, int, int, int, int]], *, max_wait_ms: int, min_bytes: int,
-                    max_bytes: int, isolation: FetchIsolation) -> list[PartitionRead]:
+                    max_bytes: int, isolation: FetchIsolation, replica_id: int = -1,
+                    log_start_offsets: list[int] | None = None) -> list[PartitionRead]:
         """Read every (topic, partition, offset, partition_max_bytes, current_epoch, last_fetched_epoch);
-        long-poll until `min_bytes` are there, an error shows up, or `max_wait_ms` passes (DelayedFetch)."""
+        long-poll until `min_bytes` are there, an error shows up, or `max_wait_ms` passes (DelayedFetch).
+        A follower's fetch (`replica_id` >= 0, with its `log_start_offsets`) records its position after
+        each read round (§3.3)."""
         deadline = time.monotonic() + max(0, max_wait_ms) / 1000
         while True:
-            reads = self._read_all(wanted, max_bytes, isolation)
+            reads = self._read_all(wanted, max_bytes, isolation, replica_id, log_start_offsets)
             total = sum(r.size for r in reads)
             remaining = deadline - time.monotonic()
             if (total >= min_bytes or remaining <= 0 or not wanted
@@ -232,24 +334,106 @@ class ReplicaManager:
                 return reads
             woken = await self.purgatory.wait([(t, p) for t, p, *_ in wanted], remaining)
             if not woken:
-                return self._read_all(wanted, max_bytes, isolation)
+                return self._read_all(wanted, max_bytes, isolation, replica_id, log_start_offsets)
 
     def _read_all(self, wanted: list[tuple[str, int, int, int, int, int]], max_bytes: int,
-                  isolation: FetchIsolation) -> list[PartitionRead]:
+                  isolation: FetchIsolation, replica_id: int = -1,
+                  log_start_offsets: list[int] | None = None) -> list[PartitionRead]:
         # Kafka's readFromLog: the response limit shrinks as partitions fill it; only the first partition
         # with data may exceed its limit (min one message), so a large batch can never block a consumer.
         reads = []
         limit = max_bytes
         min_one = True
-        for topic, partition, offset, part_max, current_epoch, last_epoch in wanted:
+        for i, (topic, partition, offset, part_max, current_epoch, last_epoch) in enumerate(wanted):
             r = self.read_partition(topic, partition, offset, max(0, min(part_max, limit)), isolation=isolation,
                                     min_one_message=min_one, current_leader_epoch=current_epoch,
-                                    last_fetched_epoch=last_epoch)
+                                    last_fetched_epoch=last_epoch, replica_id=replica_id)
             if r.size:
                 min_one = False
                 limit = max(0, limit - r.size)
             reads.append(r)
+            if replica_id >= 0 and not r.error and r.diverging is None:
+                start = log_start_offsets[i] if log_start_offsets is not None else -1
+                self._follower_fetched(topic, partition, replica_id, offset, start, r.leader_log_end)
         return reads
+
+    def _follower_fetched(self, topic: str, partition: int, replica_id: int, fetch_offset: int,
+                          log_start_offset: int, leader_leo: int) -> None:
+        """Record a follower's position (its fetch offset is its log end), then maybe expand the ISR; a HW
+        move wakes the waiters (acks=all produce, consumers' fetches) of the partition."""
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            return
+        now = monotonic_ms()
+        remote = part.remote.get(replica_id)
+        old_start = remote.log_start_offset if remote is not None else -1
+        # a HW move, or a follower's log start moving (DeleteRecords waits for it), wakes the waiters
+        if part.update_follower_fetch_state(replica_id, fetch_offset, log_start_offset, now, leader_leo) or \
+                (remote is not None and remote.log_start_offset != old_start):
+            self.purgatory.wake((topic, partition))
+        change = part.maybe_expand_isr(replica_id, now)
+        if change is not None:
+            self._submit_isr_change(part, change)
+
+    # --- the ISR ------------------------------------------------------------------------------------
+
+    def _submit_isr_change(self, part: Partition, change: IsrChange) -> None:
+        store = self.isr_store
+        if store is None:  # nowhere to commit it (no cluster): the change cannot take effect
+            part.isr_change_failed(change)
+            return
+        task = asyncio.get_running_loop().create_task(self._write_isr(store, part, change),
+                                                      name=f"isr-{part.topic}-{part.partition}")
+        self._isr_writes.add(task)
+        task.add_done_callback(self._isr_writes.discard)
+
+    async def _write_isr(self, store: ClusterStore, part: Partition, change: IsrChange) -> None:
+        """Commit an ISR change to the store (compare-and-set on the state's version, §1.2) before it takes
+        effect. A conflict is re-read: if the store already holds exactly this state (a lost answer) it
+        counts as written; else the old ISR stays until the controller's next LeaderAndIsr."""
+        tp = f"{part.topic}-{part.partition}"
+        state = PartitionState(self.node_id, change.leader_epoch, change.isr, part.controller_epoch,
+                               change.partition_epoch)
+        try:
+            written = await store.update_isr(part.topic, part.partition, state, change.partition_epoch)
+            if written is None:
+                current = await store.partition_state(part.topic, part.partition)
+                if current is not None and (current.leader, current.leader_epoch, current.isr) == \
+                        (state.leader, state.leader_epoch, state.isr):
+                    written = current
+        except Exception as exc:  # the store unreachable: nothing changed; the next trigger proposes again
+            log.warning("Could not write the ISR %s of %s: %s", list(change.isr), tp, exc)
+            part.isr_change_failed(change)
+            return
+        if written is None:
+            log.info("ISR change of %s to %s refused: its state changed under us (version %d); keeping ISR %s "
+                     "until the controller's next LeaderAndIsr", tp, list(change.isr), change.partition_epoch,
+                     part.isr)
+        else:
+            log.info("%s ISR of %s from %s to %s", "Expanding" if change.expand else "Shrinking", tp, part.isr,
+                     list(change.isr))
+        if part.complete_isr_change(change, None if written is None else written.zk_version):
+            self.purgatory.wake((part.topic, part.partition))
+        elif written is not None:
+            self.purgatory.wake((part.topic, part.partition))  # acks=all: |maximal ISR| may have changed
+
+    def maybe_shrink_isrs(self) -> None:
+        """One run of Kafka's isr-expiration task over the partitions this broker leads."""
+        now = monotonic_ms()
+        for part in list(self.partitions.values()):
+            if part.remote and part.is_leader:
+                change = part.maybe_shrink_isr(now)
+                if change is not None:
+                    self._submit_isr_change(part, change)
+
+    async def run_isr_expiration(self, stop: asyncio.Event) -> None:
+        """Every replica.lag.time.max.ms / 2, propose removing out-of-sync followers from each ISR."""
+        interval = max(self.lag_time_max_ms / 2000, 0.01)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+            if not stop.is_set():
+                self.maybe_shrink_isrs()
 
     @staticmethod
     def records_for_wire(records: FileSlice | bytes) -> FileRegion | bytes:
@@ -278,6 +462,8 @@ class ReplicaManager:
                 last_fetchable = lg.high_watermark
             found: tuple[int, int, int] | None
             if timestamp == LATEST_TIMESTAMP:
+                if isolation is not None:
+                    part.check_offset_available()
                 found = (-1, last_fetchable, part.leader_epoch)
             elif timestamp == LATEST_TIERED_TIMESTAMP:
                 found = (-1, -1, -1)
@@ -293,11 +479,14 @@ class ReplicaManager:
         return out
 
     def delete_records(self, topic: str, partition: int, offset: int) -> dict[str, Any]:
+        """Move the leader's log start to `offset` (-1: the HW); the entry's "_target" is set when followers
+        still have to follow (the caller then waits in `complete_delete_records`)."""
         out: dict[str, Any] = {"partition_index": partition, "low_watermark": -1, "error_code": 0}
         try:
             if topic in INTERNAL_TOPICS:
                 raise InvalidTopicError(f"Cannot delete records of internal topic {topic}")
-            lg = self.get_partition(topic, partition).leader_log()
+            part = self.get_partition(topic, partition)
+            lg = part.leader_log()
             target = lg.high_watermark if offset == -1 else offset
             if target < 0 or target > lg.high_watermark:
                 raise OffsetOutOfRangeError(f"Cannot increment the log start offset to {target} of partition "
@@ -305,10 +494,38 @@ class ReplicaManager:
                                             f"{lg.high_watermark}")
             lg.maybe_increment_log_start_offset(target, "client delete records request")
             self.purgatory.wake((topic, partition))
-            out["low_watermark"] = lg.log_start_offset
+            out["low_watermark"] = part.low_watermark(self.broker_alive)
+            if out["low_watermark"] < target:
+                out["_target"] = target
         except KafkaliteError as exc:
             out["error_code"] = error_code_of(exc)
         return out
+
+    def _low_watermark_status(self, topic: str, partition: int, target: int) -> tuple[int | None, int]:
+        part = self.partitions.get((topic, partition))
+        if part is None or not part.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
+        low = part.low_watermark(self.broker_alive)
+        return (ErrorCode.NONE if low >= target else None), low
+
+    async def complete_delete_records(self, topic: str, entry: dict[str, Any], timeout_ms: int) -> None:
+        """Kafka's DelayedDeleteRecords: wait until every replica's log start reached the target (the low
+        watermark); NOT_LEADER_OR_FOLLOWER when leadership is lost, REQUEST_TIMED_OUT after `timeout_ms`."""
+        target = entry.pop("_target", None)
+        if target is None:
+            return
+        partition = entry["partition_index"]
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        while True:
+            code, low = self._low_watermark_status(topic, partition, target)
+            remaining = deadline - time.monotonic()
+            if code is None and remaining > 0 and await self.purgatory.wait([(topic, partition)], remaining):
+                continue
+            if code is None:
+                code, low = self._low_watermark_status(topic, partition, target)
+            entry["error_code"] = RequestTimedOutError.error_code if code is None else code
+            entry["low_watermark"] = low if code == ErrorCode.NONE else -1
+            return
 
     def end_offset_for_epoch(self, topic: str, partition: int, leader_epoch: int, current_leader_epoch: int
                              ) -> dict[str, Any]:

@@ -82,6 +82,7 @@ class Controller:
         self._watching = False
         self._watched_topics: set[str] = set()
         self._deleting: dict[str, _Deletion] = {}
+        self._isr_notes: list[str] = []  # the last /isr_change_notification children seen
         self.elections = 0  # times this broker became controller (tests, logs)
 
     @property
@@ -176,6 +177,7 @@ class Controller:
             self.store.watch_children(z.BROKER_IDS, lambda _c: self.enqueue(self._on_broker_change))
             self.store.watch_children(z.BROKER_TOPICS, lambda _c: self.enqueue(self._on_topic_change))
             self.store.watch_children(z.DELETE_TOPICS, lambda _c: self.enqueue(self._on_topic_deletion))
+            self.store.watch_children(z.ISR_CHANGE, self._isr_change_watch)
         self.live = await self.store.brokers()
         for reg in self.live.values():
             self._connect(reg)
@@ -183,6 +185,8 @@ class Controller:
         for topic in await self.store.topics():
             if topic not in marked:  # taken up by the deletion below, not elected for
                 await self._load_topic(topic)
+        if self._isr_notes:  # left while another broker was controller: the states above are fresh, drop them
+            await self._on_isr_change(self._isr_notes)
         self._update_metadata(self.live, self._all_partitions())
         await self._elect_offline(self._all_partitions(), fresh=True)
         self._leader_and_isr(self._all_partitions())
@@ -257,16 +261,22 @@ class Controller:
         """Leaders on dead brokers are replaced; dead replicas leave the ISR (keeping the last member)."""
         changed: list[TopicPartition] = []
         for tp in self._all_partitions():
-            state = self.states.get(tp)
-            if state is None:
-                continue
-            if state.leader in dead or state.leader == NO_LEADER:
-                if await self._elect_one(tp, state):
+            for _attempt in range(3):  # a leader's own ISR write can race ours: retry on the re-read state
+                state = self.states.get(tp)
+                if state is None:
+                    break
+                if state.leader in dead or state.leader == NO_LEADER:
+                    done = await self._elect_one(tp, state)
+                elif dead & set(state.isr) and len(state.isr) > 1:
+                    isr = tuple(b for b in state.isr if b not in dead) or state.isr[-1:]
+                    done = await self._write(tp, replace(state, isr=isr, leader_epoch=state.leader_epoch + 1))
+                else:
+                    break
+                if done:
                     changed.append(tp)
-            elif dead & set(state.isr) and len(state.isr) > 1:
-                isr = tuple(b for b in state.isr if b not in dead) or state.isr[-1:]
-                if await self._write(tp, replace(state, isr=isr, leader_epoch=state.leader_epoch + 1)):
-                    changed.append(tp)
+                    break
+                if self.states.get(tp) == state:  # nothing to do, or nothing new to retry with
+                    break
         self._leader_and_isr(changed)
         self._update_metadata(self.live, changed)
 
@@ -378,6 +388,41 @@ class Controller:
         await self.store.delete_topic(self._require(), topic)
         del self._deleting[topic]
         log.info("Deleted topic %s", topic)
+
+    # --- ISR changes made by partition leaders (Kafka's IsrChangeNotification handling) ------------------
+
+    def _isr_change_watch(self, children: list[str]) -> None:
+        names = self._isr_notes = sorted(children)
+        if names:
+            self.enqueue(lambda: self._on_isr_change(names))
+
+    async def _on_isr_change(self, names: list[str]) -> None:
+        """Leaders wrote new ISRs themselves (a compare-and-set, reference §1.2) and left notifications: re-read
+        those partitions' states into the context, tell every live broker with UpdateMetadata, and delete the
+        notifications."""
+        if not self.active:
+            return
+        lease = self._require()
+        changed: set[TopicPartition] = set()
+        for name in names:
+            path = f"{z.ISR_CHANGE}/{name}"
+            data = await self.store.read(path)
+            if data is None:
+                continue
+            try:
+                changed.update(z.decode_isr_change(path, data))
+            except z.ZnodeFormatError as exc:
+                log.error("Ignoring a malformed ISR change notification: %s", exc)
+        tps = [tp for tp in sorted(changed) if tp in self.states]
+        for tp in tps:
+            state = await self.store.partition_state(*tp)
+            if state is not None:
+                self.states[tp] = state
+        if tps:
+            log.info("ISR changed by leaders: %s", [f"{t}-{p} {list(self.states[(t, p)].isr)}" for t, p in tps
+                                                    if (t, p) in self.states])
+            self._update_metadata(self.live, tps)
+        await self.store.delete_isr_change_notifications(lease, names)
 
     # --- elections ----------------------------------------------------------------------------------
 

@@ -106,6 +106,18 @@ class ClusterStore(ABC):
         None when the state changed meanwhile (re-read and retry)."""
 
     @abstractmethod
+    async def update_isr(self, topic: str, partition: int, new_state: PartitionState,
+                         expected_zk_version: int) -> PartitionState | None:
+        """A leader's ISR change (Kafka's ZK-mode ReplicationUtils.updateLeaderAndIsr): compare-and-set of the
+        partition state against `expected_zk_version`, not fenced by a controller lease; then a sequential
+        /isr_change_notification/isr_change_ node naming the partition, for the controller. The written state
+        with its new version, or None when the state changed meanwhile (nothing written)."""
+
+    @abstractmethod
+    async def delete_isr_change_notifications(self, lease: ControllerLease, names: list[str]) -> None:
+        """Remove processed /isr_change_notification children (fenced); missing ones are ignored."""
+
+    @abstractmethod
     async def request_topic_deletion(self, topic: str) -> None: ...
 
     @abstractmethod

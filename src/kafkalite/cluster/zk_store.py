@@ -371,6 +371,33 @@ class ZkStore(ClusterStore):
                                   int(stat.version))
         return await self._run(run)
 
+    async def update_isr(self, topic: str, partition: int, new_state: PartitionState,
+                         expected_zk_version: int) -> PartitionState | None:
+        path = z.partition_state_path(topic, partition)
+
+        def run() -> PartitionState | None:
+            try:
+                stat = self.zk.set(path, new_state.encode(), version=expected_zk_version)
+            except (BadVersionError, NoNodeError):
+                return None
+            self.zk.create(f"{z.ISR_CHANGE}/{z.ISR_CHANGE_PREFIX}", z.encode_isr_change([(topic, partition)]),
+                           sequence=True, makepath=True)
+            return PartitionState(new_state.leader, new_state.leader_epoch, new_state.isr,
+                                  new_state.controller_epoch, int(stat.version))
+        return await self._run(run)
+
+    async def delete_isr_change_notifications(self, lease: ControllerLease, names: list[str]) -> None:
+        def run() -> None:
+            for i in range(0, len(names), 500):
+                chunk = [n for n in names[i:i + 500] if self.zk.exists(f"{z.ISR_CHANGE}/{n}")]
+                if chunk:
+                    def ops(t: Any, chunk: list[str] = chunk) -> None:
+                        for n in chunk:
+                            t.delete(f"{z.ISR_CHANGE}/{n}")
+                    with contextlib.suppress(NoNodeError):
+                        self._fenced(lease, ops)
+        await self._run(run)
+
     async def request_topic_deletion(self, topic: str) -> None:
         def run() -> None:
             with contextlib.suppress(NodeExistsError):

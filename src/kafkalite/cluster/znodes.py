@@ -26,6 +26,7 @@ CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 DELETE_TOPICS = "/admin/delete_topics"
 ISR_CHANGE = "/isr_change_notification"
+ISR_CHANGE_PREFIX = "isr_change_"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 LOG_DIR_EVENTS = "/log_dir_event_notification"
 CLUSTER_ID = "/cluster/id"
@@ -258,6 +259,21 @@ def decode_config_change(path: str, data: bytes) -> tuple[str, str]:
         kind, name = str(doc["entity_path"]).split("/", 1)
         return kind, name
     except (KeyError, ValueError) as exc:
+        raise _bad(path, exc) from None
+
+
+# --- /isr_change_notification/isr_change_<seq> ------------------------------------------------------------------
+
+def encode_isr_change(partitions: Sequence[tuple[str, int]]) -> bytes:
+    """Kafka's IsrChangeNotificationSequenceZNode: the partitions whose ISR a leader changed."""
+    return _dump({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]})
+
+
+def decode_isr_change(path: str, data: bytes) -> list[tuple[str, int]]:
+    doc = _load(path, data)
+    try:
+        return [(str(e["topic"]), int(e["partition"])) for e in doc["partitions"]]
+    except (KeyError, ValueError, TypeError) as exc:
         raise _bad(path, exc) from None
 
 

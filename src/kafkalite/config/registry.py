@@ -170,6 +170,10 @@ _BROKER: tuple[BrokerKey, ...] = (
        "dead", at_least(1)),
     _k("zookeeper.connection.timeout.ms", "int", None, "how long to wait for the first ZooKeeper connection "
        "(default: zookeeper.session.timeout.ms)", at_least(1)),
+    _k("replica.lag.time.max.ms", "long", 30000, "a follower not caught up with its leader for this long leaves "
+       "the ISR (checked every half of it)", at_least(1)),
+    _k("replica.high.watermark.requires.min.isr", "bool", True, "kafkalite (KIP-966 rule 1): a leader's high "
+       "watermark advances only while its ISR has min.insync.replicas members (docs/design.md)"),
     _k("offsets.topic.replication.factor", "int", 3, "replication factor of __consumer_offsets in cluster mode "
        "(single-broker mode always uses 1)", at_least(1)),
 )
@@ -192,7 +196,6 @@ _NO_EFFECT: tuple[BrokerKey, ...] = (
     _none("auto.leader.rebalance.enable", "preferred-leader rebalancing is not implemented yet"),
     _none("controlled.shutdown.enable", "controlled shutdown is not implemented yet: a stopping broker's "
           "partitions move when its ZooKeeper session ends"),
-    _none("replica.lag.time.max.ms", "kafkalite is a single broker: no replication"),
     _none("transaction.state.log.replication.factor", "transactions are not implemented yet"),
     _none("transaction.state.log.min.isr", "transactions are not implemented yet"),
     _none("transaction.state.log.num.partitions", "transactions are not implemented yet"),
