@@ -52,9 +52,9 @@ def leader(c: Cluster, not_: int = -1) -> tuple[int, int]:
     return p[1], p[2]
 
 
-def produce(c: Cluster, bid: int, values: list[bytes], **batch: int) -> dict[str, Any]:
+def produce(c: Cluster, bid: int, values: list[bytes], acks: int = 1, **batch: int) -> dict[str, Any]:
     records = build_batch([SimpleRecord(None, v, -1) for v in values], **batch)
-    res = c.request(bid, ApiKey.PRODUCE, {"transactional_id": None, "acks": 1, "timeout_ms": 10000, "topic_data": [
+    res = c.request(bid, ApiKey.PRODUCE, {"transactional_id": None, "acks": acks, "timeout_ms": 10000, "topic_data": [
         {"name": TOPIC, "partition_data": [{"index": 0, "records": bytes(records)}]}]})
     return res["responses"][0]["partition_responses"][0]
 
@@ -166,7 +166,7 @@ def test_follower_behind_the_leaders_log_start_starts_over_there(tmp_path, zk_co
     c.brokers[behind].kill()
     c.agreed_view(lambda v: len(v[1]) == 2, timeout_s=20)  # its registration is gone: it may start again
     for i in range(5):
-        assert produce(c, lead, [b"late-%d" % i])["error_code"] == 0
+        assert produce(c, lead, [b"late-%d" % i], acks=-1)["error_code"] == 0  # committed: below the HW
     res = c.request(lead, ApiKey.DELETE_RECORDS, {"topics": [{"name": TOPIC, "partitions": [
         {"partition_index": 0, "offset": 8}]}], "timeout_ms": 10000})
     assert res["topics"][0]["partitions"][0]["error_code"] == 0, res
