@@ -475,6 +475,7 @@ class Controller:
         in); NotControllerError if this broker is not the controller, now or when the event runs."""
         self._require()
         done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        done.add_done_callback(lambda f: f.cancelled() or f.exception())  # an answer nobody waits for any more
 
         async def event() -> None:
             try:
