@@ -224,6 +224,12 @@ class StaleControllerEpochError(KafkaliteError):
     error_code = ErrorCode.STALE_CONTROLLER_EPOCH
 
 
+class BrokerNotAvailableError(KafkaliteError):
+    """A request names a broker that is not registered (BROKER_NOT_AVAILABLE)."""
+
+    error_code = ErrorCode.BROKER_NOT_AVAILABLE
+
+
 class StaleBrokerEpochError(KafkaliteError):
     """A controller request for an older registration of this broker (STALE_BROKER_EPOCH)."""
 

@@ -14,6 +14,7 @@ from kafkalite.protocol import ApiKey
 from tests.support.brokers import BrokerProcess
 
 SESSION_TIMEOUT_MS = 3000  # tickTime 500 allows 1-10 s
+CONTROLLED_SHUTDOWN_BACKOFF_MS = 200
 
 
 class Cluster:
@@ -22,8 +23,11 @@ class Cluster:
         self.brokers: dict[int, BrokerProcess] = {}
         self.paused: set[int] = set()  # SIGSTOPped: alive, but not answering
         for bid in range(1, size + 1):
+            # a short controlled-shutdown backoff: a broker still leading partitions without another in-sync
+            # replica (replication factor 1) retries its ControlledShutdown before it stops (Kafka: 5 s apart)
             props = {"broker.id": bid, "zookeeper.connect": zk_connect,
-                     "zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS, **overrides}
+                     "zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS,
+                     "controlled.shutdown.retry.backoff.ms": CONTROLLED_SHUTDOWN_BACKOFF_MS, **overrides}
             self.brokers[bid] = BrokerProcess(root / f"b{bid}", props)
 
     def start(self) -> Cluster:

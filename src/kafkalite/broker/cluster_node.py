@@ -36,7 +36,8 @@ from kafkalite.broker.replica_fetcher import FetcherSettings, ReplicaFetcherMana
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
 from kafkalite.cluster import znodes as z
 from kafkalite.cluster.assignment import assign_replicas
-from kafkalite.cluster.controller import Controller, ControllerSettings
+from kafkalite.cluster.channel import request_once
+from kafkalite.cluster.controller import Controller, ControllerSettings, TopicPartition
 from kafkalite.cluster.metadata_cache import MetadataCache
 from kafkalite.cluster.zk_store import ZkStore
 from kafkalite.coordinator.config import coordinator_key_partition
@@ -76,6 +77,12 @@ class OffsetsLeadership(Protocol):
     def on_resignation(self, partition: int, epoch: int = -1) -> None: ...
 
 
+def _operations_settings(config: BrokerConfig) -> dict[str, Any]:
+    return {"auto_leader_rebalance": config.get("auto.leader.rebalance.enable"),
+            "imbalance_check_interval_s": float(config.get("leader.imbalance.check.interval.seconds")),
+            "imbalance_percentage": config.get("leader.imbalance.per.broker.percentage")}
+
+
 class ClusterNode:
     def __init__(self, config: BrokerConfig, replicas: ReplicaManager, apis: KafkaApis) -> None:
         self.config = config
@@ -93,7 +100,8 @@ class ClusterNode:
         self.cache = MetadataCache(self.listener)
         self.controller = Controller(self.store, self.node_id,
                                      ControllerSettings(config.get("unclean.leader.election.enable"),
-                                                        config.inter_broker_listener().name),
+                                                        config.inter_broker_listener().name,
+                                                        **_operations_settings(config)),
                                      topic_unclean=self._topic_unclean)
         self.broker_epoch = -1
         self._pid_block: z.ProducerIdBlock | None = None
@@ -183,6 +191,7 @@ class ClusterNode:
             ApiKey.PRODUCE: self.produce, ApiKey.FETCH: self.fetch, ApiKey.LIST_OFFSETS: self.list_offsets,
             ApiKey.LEADER_AND_ISR: self.leader_and_isr, ApiKey.STOP_REPLICA: self.stop_replica,
             ApiKey.UPDATE_METADATA: self.update_metadata,
+            ApiKey.CONTROLLED_SHUTDOWN: self.controlled_shutdown_request, ApiKey.ELECT_LEADERS: self.elect_leaders,
         })
         self._describe_configs, self._alter_configs = h[ApiKey.DESCRIBE_CONFIGS], h[ApiKey.ALTER_CONFIGS]
         self._incremental_alter_configs = h[ApiKey.INCREMENTAL_ALTER_CONFIGS]
@@ -334,6 +343,105 @@ class ClusterNode:
                 self.offsets_leadership.on_resignation(p, epoch)
             errors.append({"topic_name": topic, "partition_index": p, "error_code": E.NONE})
         return {"error_code": E.NONE, "partition_errors": errors}
+
+    # --- operations: controlled shutdown and leader elections (the controller does the work) -------------
+
+    async def controlled_shutdown_request(self, h: RequestHeader, body: dict[str, Any], _host: str
+                                          ) -> dict[str, Any]:
+        """A broker asks the controller to move its leaderships away; others answer NOT_CONTROLLER."""
+        try:
+            remaining = await self.controller.controlled_shutdown(body["broker_id"], body.get("broker_epoch", -1))
+        except KafkaliteError as exc:
+            log.info("ControlledShutdown of broker %d refused: %s", body["broker_id"], exc)
+            return {"error_code": exc.error_code, "remaining_partitions": []}
+        except TimeoutError:
+            return {"error_code": E.REQUEST_TIMED_OUT, "remaining_partitions": []}
+        return {"error_code": E.NONE,
+                "remaining_partitions": [{"topic_name": t, "partition_index": p} for t, p in remaining]}
+
+    async def elect_leaders(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+        """ElectLeaders (Kafka's handleElectReplicaLeader in ZK mode): the controller elects; a successful
+        election is answered once this broker's metadata shows the new leader, or REQUEST_TIMED_OUT after
+        timeout_ms. Null partitions = all partitions, and then those that needed no election are left out.
+        On a broker that is not the controller every partition gets NOT_CONTROLLER."""
+        election_type = body.get("election_type", 0) if h.api_version >= 1 else 0
+        requested = body.get("topic_partitions")
+        if requested is None:
+            wanted = [(t, p) for t, c in sorted(self.cache.topics.items()) for p in sorted(c.partitions)]
+        else:
+            wanted = [(t["topic"], p) for t in requested for p in t["partition_id"]]
+        timeout_s = max(body.get("timeout_ms", 60000), 0) / 1000
+        results: dict[TopicPartition, tuple[int, str | None, int]]
+        if election_type not in (0, 1):
+            results = {tp: (E.INVALID_REQUEST, f"unknown election type {election_type}", -1) for tp in wanted}
+        else:
+            try:
+                results = await self.controller.elect_leaders(election_type, wanted, timeout_s)
+            except KafkaliteError as exc:
+                results = {tp: (exc.error_code, None, -1) for tp in wanted}
+            except TimeoutError:
+                results = {tp: (E.REQUEST_TIMED_OUT, None, -1) for tp in wanted}
+        await self._await_leaders(results, timeout_s)
+        if requested is None:
+            results = {tp: r for tp, r in results.items() if r[0] != E.ELECTION_NOT_NEEDED}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (t, p), (code, message, _leader) in results.items():
+            by_topic.setdefault(t, []).append({"partition_id": p, "error_code": code, "error_message": message})
+        return {"throttle_time_ms": 0, "error_code": E.NONE,
+                "replica_election_results": [{"topic": t, "partition_result": ps} for t, ps in by_topic.items()]}
+
+    async def _await_leaders(self, results: dict[TopicPartition, tuple[int, str | None, int]],
+                             timeout_s: float) -> None:
+        """Kafka's DelayedElectLeader: wait until the metadata cache shows each elected leader."""
+        pending = {tp: r[2] for tp, r in results.items() if r[0] == E.NONE}
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            pending = {tp: b for tp, b in pending.items() if self.cache.leader(*tp) != b}
+            if not pending or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(WAIT_STEP_S)
+        for tp in pending:
+            results[tp] = (E.REQUEST_TIMED_OUT, "the new leader was not known to this broker in time", -1)
+
+    async def controlled_shutdown(self) -> None:
+        """Kafka's KafkaServer.controlledShutdown, run when the broker is asked to stop (SIGTERM): while still
+        serving, ask the current controller to move this broker's leaderships to other in-sync replicas, up to
+        controlled.shutdown.max.retries times, controlled.shutdown.retry.backoff.ms apart, until it says none
+        remain; then the normal shutdown goes on whatever the answer."""
+        if not self.config.get("controlled.shutdown.enable"):
+            return
+        retries = self.config.get("controlled.shutdown.max.retries")
+        backoff_s = self.config.get("controlled.shutdown.retry.backoff.ms") / 1000
+        succeeded = False
+        while not succeeded and retries > 0:
+            retries -= 1
+            started = time.monotonic()
+            controller = self.cache.brokers.get(self.cache.controller_id)
+            if controller is None:
+                log.info("Controlled shutdown: no controller known (controller id %d)", self.cache.controller_id)
+            else:
+                try:
+                    answer = await request_once(controller.host, controller.port, ApiKey.CONTROLLED_SHUTDOWN, 3,
+                                                {"broker_id": self.node_id, "broker_epoch": self.broker_epoch})
+                    took_ms = (time.monotonic() - started) * 1000
+                    remaining = [f"{r['topic_name']}-{r['partition_index']}" for r in answer["remaining_partitions"]]
+                    if answer["error_code"] != E.NONE:
+                        log.info("Controlled shutdown request returned after %.0f ms with error %s", took_ms,
+                                 E(answer["error_code"]).name)
+                    elif not remaining:
+                        succeeded = True
+                        log.info("Controlled shutdown request returned successfully after %.0f ms", took_ms)
+                    else:
+                        log.info("Controlled shutdown request returned after %.0f ms with partitions remaining to "
+                                 "move: %s", took_ms, ", ".join(remaining))
+                except (OSError, TimeoutError, EOFError, asyncio.IncompleteReadError, KafkaliteError) as exc:
+                    log.warning("Error during controlled shutdown (controller %d at %s:%d): %s", controller.broker_id,
+                                controller.host, controller.port, exc or type(exc).__name__)
+            if not succeeded and retries > 0:
+                await asyncio.sleep(backoff_s)
+                log.info("Retrying controlled shutdown (%d retries remaining)", retries)
+        if not succeeded:
+            log.warning("Proceeding to do an unclean shutdown as all the controlled shutdown attempts failed")
 
     def _delete_local(self, topic: str, p: int) -> None:
         self.replicas.remove_partition(topic, p)

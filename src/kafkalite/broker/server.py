@@ -156,6 +156,11 @@ class Broker:
         """Clean shutdown: stop accepting, finish nothing new, then flush, checkpoint and mark clean. After a
         failed start only what was opened is closed, without announcing a shutdown of a broker that never ran."""
         self._stop.set()
+        if self._started and self.cluster is not None:  # still serving: leadership moves away first
+            try:
+                await self.cluster.controlled_shutdown()
+            except Exception:
+                log.exception("Controlled shutdown failed; stopping anyway")
         if self._started:
             log.info("Shutting down: flushing logs, writing checkpoints and the clean-shutdown marker")
         for s in self._servers:

@@ -16,6 +16,7 @@ from kafkalite.cli import (
     dump_log,
     get_offsets,
     groups,
+    leader_election,
     log_dirs,
     serve,
     topics,
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     get_offsets.add_parser(sub)
     delete_records.add_parser(sub)
     log_dirs.add_parser(sub)
+    leader_election.add_parser(sub)
     dump_log.add_parser(sub)
     demo.add_parser(sub)
     return parser

@@ -149,3 +149,22 @@ class ControllerChannels:
     async def close(self) -> None:
         channels, self.channels = list(self.channels.values()), {}
         await asyncio.gather(*(ch.close() for ch in channels))
+
+
+async def request_once(host: str, port: int, api_key: ApiKey, version: int, body: dict[str, Any],
+                       timeout_s: float = REQUEST_TIMEOUT_S, client_id: str = CLIENT_ID) -> dict[str, Any]:
+    """One request on a connection of its own, answered within `timeout_s` (a broker's ControlledShutdown to
+    the controller: sent once at shutdown, so no channel is kept). Raises OSError, TimeoutError or
+    asyncio.IncompleteReadError when the broker cannot be reached or does not answer."""
+    async with asyncio.timeout(timeout_s):
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(encode_request(api_key, version, 1, client_id, body))
+            await writer.drain()
+            size = int.from_bytes(await reader.readexactly(4), "big")
+            cid, answer = decode_response(api_key, version, await reader.readexactly(size))
+            if cid != 1:
+                raise ConnectionError(f"correlation id {cid} answered to request 1")
+            return answer
+        finally:
+            writer.close()

@@ -27,13 +27,13 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from kafkalite.cluster import znodes as z
 from kafkalite.cluster.channel import ControllerChannels
 from kafkalite.cluster.store import ClusterStore, ControllerLease
 from kafkalite.cluster.znodes import BrokerRegistration, PartitionState, TopicAssignment
-from kafkalite.errors import NotControllerError
+from kafkalite.errors import BrokerNotAvailableError, KafkaliteError, NotControllerError, StaleBrokerEpochError
 from kafkalite.protocol import ApiKey, ErrorCode
 
 log = logging.getLogger("kafkalite.cluster.controller")
@@ -50,10 +50,20 @@ EPOCH_DURING_DELETE = -2
 class ControllerSettings:
     unclean_leader_election: bool = False
     listener: str = "PLAINTEXT"
+    auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
+    imbalance_check_interval_s: float = 300.0  # leader.imbalance.check.interval.seconds
+    imbalance_percentage: int = 10  # leader.imbalance.per.broker.percentage
 
 
 TopicPartition = tuple[str, int]
 Event = Callable[[], Awaitable[None]]
+T = TypeVar("T")
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types
+FIRST_REBALANCE_DELAY_S = 5.0  # Kafka's first auto-rebalance check after a failover
+ElectionResult = tuple[int, str | None, int]  # error code, message, the leader elected
+
+
+_NO_ASSIGNMENT = TopicAssignment("", uuid.UUID(int=0), {})
 
 
 @dataclass
@@ -83,6 +93,8 @@ class Controller:
         self._watched_topics: set[str] = set()
         self._deleting: dict[str, _Deletion] = {}
         self._isr_notes: list[str] = []  # the last /isr_change_notification children seen
+        self.shutting_down: set[int] = set()  # brokers in controlled shutdown: live, but never elected
+        self._rebalance_timer: asyncio.Task[None] | None = None
         self.elections = 0  # times this broker became controller (tests, logs)
 
     @property
@@ -162,6 +174,7 @@ class Controller:
         self.assignments.clear()
         self.states.clear()
         self._deleting.clear()
+        self._stop_operations()
         await self.channels.close()
 
     def _require(self) -> ControllerLease:
@@ -192,6 +205,7 @@ class Controller:
         self._leader_and_isr(self._all_partitions())
         self._update_metadata(self.live, self._all_partitions())
         await self._on_topic_deletion()
+        self._start_operations()
 
     # --- context ---------------------------------------------------------------------------------------
 
@@ -248,6 +262,7 @@ class Controller:
         log.info("Brokers changed: new %s, dead %s, bounced %s", sorted(new), sorted(dead), sorted(bounced))
         for b in dead + bounced:
             self.live.pop(b, None)
+            self.shutting_down.discard(b)
             await self.channels.remove(b)
         if dead or bounced:
             await self._on_broker_failure(set(dead) | set(bounced))
@@ -261,8 +276,12 @@ class Controller:
         """Leaders on dead brokers are replaced; dead replicas leave the ISR (keeping the last member)."""
         changed: list[TopicPartition] = []
         for tp in self._all_partitions():
+            state = self.states.get(tp)
+            if state is None or (state.leader != NO_LEADER and not dead & set(self._replicas(tp))):
+                continue
             for _attempt in range(3):  # a leader's own ISR write can race ours: retry on the re-read state
-                state = self.states.get(tp)
+                # as Kafka, from the store: a leader may have changed the ISR
+                state = await self._fresh(tp) or self.states.get(tp)
                 if state is None:
                     break
                 if state.leader in dead or state.leader == NO_LEADER:
@@ -447,11 +466,11 @@ class Controller:
     async def _elect_one(self, tp: TopicPartition, state: PartitionState) -> bool:
         """Offline election (§2.3); a changed state is written, True if it was."""
         replicas = self._replicas(tp)
-        live_isr = [b for b in replicas if b in self.live and b in state.isr]
+        live_isr = [b for b in replicas if self._electable(b) and b in state.isr]
         if live_isr:
             target = replace(state, leader=live_isr[0], isr=tuple(b for b in state.isr if b in self.live))
         else:
-            live = [b for b in replicas if b in self.live]
+            live = [b for b in replicas if self._electable(b)]
             if live and await self._unclean_allowed(tp[0]):
                 log.warning("Unclean leader election for %s-%d: broker %d was not in the ISR %s; records only "
                             "the old leader had are lost", *tp, live[0], list(state.isr))
@@ -488,6 +507,228 @@ class Controller:
             return False
         self.states[tp] = written
         return True
+
+    # --- operations: controlled shutdown, ElectLeaders, auto preferred-leader rebalance --------------------
+    # Kafka's KafkaController.doControlledShutdown, processReplicaLeaderElection and
+    # checkAndTriggerAutoLeaderRebalance (ZK mode, 2.8). Each runs as an event on the controller's queue; an
+    # election reads the partition's state from the store first (as Kafka's doElectLeaderForPartitions does),
+    # so an ISR a leader changed in the store since the controller last read it is the one elected from.
+
+    def _electable(self, b: int) -> bool:
+        """Live and not in controlled shutdown (Kafka's isReplicaOnline without shutting-down brokers)."""
+        return b in self.live and b not in self.shutting_down
+
+    async def _call(self, fn: Callable[[], Awaitable[T]], timeout_s: float) -> T:
+        """Run `fn` as an event on the controller's queue and wait for its result (a request handler's way
+        in); NotControllerError if this broker is not the controller, now or when the event runs."""
+        self._require()
+        done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        done.add_done_callback(lambda f: f.cancelled() or f.exception())  # an answer nobody waits for any more
+
+        async def event() -> None:
+            try:
+                result = await fn()
+            except BaseException as exc:
+                if not done.done():
+                    done.set_exception(exc)
+                if isinstance(exc, KafkaliteError) and not isinstance(exc, NotControllerError):
+                    return  # the request's error, answered to it; the controller goes on
+                raise
+            if not done.done():
+                done.set_result(result)
+        self.enqueue(event)
+        return await asyncio.wait_for(asyncio.shield(done), timeout_s)
+
+    async def _fresh(self, tp: TopicPartition) -> PartitionState | None:
+        """The partition's state as the store has it now (into the context); a state written by a newer
+        controller means this one has been replaced."""
+        lease = self._require()
+        state = await self.store.partition_state(*tp)
+        if state is None:
+            return None
+        if state.controller_epoch > lease.epoch:
+            raise NotControllerError(f"{tp[0]}-{tp[1]} was written by a newer controller "
+                                     f"(epoch {state.controller_epoch})")
+        self.states[tp] = state
+        return state
+
+    async def _elect_with(self, tp: TopicPartition,
+                          choose: Callable[[PartitionState, list[int]], tuple[int, tuple[int, ...]] | None]
+                          ) -> bool:
+        """Elect with `choose(state, replicas) -> (leader, isr)` (None: no candidate) from the current state,
+        leader epoch + 1, written conditionally; a write that lost a race is retried on the newer state."""
+        for _attempt in range(3):
+            state = await self._fresh(tp)
+            if state is None:
+                return False
+            picked = choose(state, self._replicas(tp))
+            if picked is None:
+                return False
+            leader, isr = picked
+            if await self._write(tp, replace(state, leader=leader, isr=isr, leader_epoch=state.leader_epoch + 1)):
+                return True
+        return False
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int, timeout_s: float = 30.0
+                                  ) -> list[TopicPartition]:
+        """The ControlledShutdown request: the partitions `broker_id` still leads once leadership has moved
+        where it could. Raises NotControllerError, StaleBrokerEpochError or BrokerNotAvailableError."""
+        return await self._call(lambda: self._do_controlled_shutdown(broker_id, broker_epoch), timeout_s)
+
+    async def _do_controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[TopicPartition]:
+        self._require()
+        reg = self.live.get(broker_id)
+        if reg is None:
+            raise BrokerNotAvailableError(f"Broker id {broker_id} does not exist.")
+        if broker_epoch != -1 and broker_epoch < reg.epoch:
+            raise StaleBrokerEpochError(f"Received controlled shutdown request from an old broker epoch "
+                                        f"{broker_epoch} for broker {broker_id}. Current broker epoch is {reg.epoch}.")
+        log.info("Shutting down broker %d", broker_id)
+        self.shutting_down.add(broker_id)
+        led: list[TopicPartition] = []
+        followed: list[TopicPartition] = []
+        for tp in self._all_partitions():
+            replicas = self._replicas(tp)
+            if len(replicas) > 1 and broker_id in replicas and tp in self.states:
+                (led if self.states[tp].leader == broker_id else followed).append(tp)
+
+        def away(state: PartitionState, replicas: list[int]) -> tuple[int, tuple[int, ...]] | None:
+            # Kafka's ControlledShutdownPartitionLeaderElectionStrategy
+            if state.leader != broker_id:
+                return None  # moved meanwhile
+            leader = next((b for b in replicas if self._electable(b) and b in state.isr), None)
+            if leader is None:
+                return None
+            return leader, tuple(b for b in state.isr if b not in self.shutting_down)
+        moved = [tp for tp in led if await self._elect_with(tp, away)]
+        self._leader_and_isr(moved)
+        self._update_metadata(self.live, moved)
+        if followed:
+            self._stop_replica(broker_id, followed, delete=False)
+
+        def without(state: PartitionState, _replicas: list[int]) -> tuple[int, tuple[int, ...]] | None:
+            # Kafka's OfflineReplica transition: out of the ISR, unless it is the last member
+            if broker_id not in state.isr or len(state.isr) <= 1:
+                return None
+            return state.leader, tuple(b for b in state.isr if b != broker_id)
+        shrunk = [tp for tp in followed if await self._elect_with(tp, without)]
+        self._leader_and_isr(shrunk, only=set(self.live) - {broker_id})
+        self._update_metadata(self.live, shrunk)
+        remaining = [tp for tp in self._all_partitions() if tp in self.states and self.states[tp].leader == broker_id]
+        log.info("Controlled shutdown of broker %d: moved %d leaders, %d still led by it%s", broker_id, len(moved),
+                 len(remaining), f" ({remaining[:10]})" if remaining else "")
+        return remaining
+
+    async def elect_leaders(self, election_type: int, partitions: Iterable[TopicPartition], timeout_s: float = 60.0
+                            ) -> dict[TopicPartition, ElectionResult]:
+        """The ElectLeaders request (Kafka's processReplicaLeaderElection): per partition (error code, message,
+        the elected leader). NotControllerError if this broker is not the controller."""
+        wanted = list(dict.fromkeys(partitions))
+        return await self._call(lambda: self._elect_leaders(election_type, wanted), timeout_s)
+
+    async def _elect_leaders(self, election_type: int, partitions: list[TopicPartition]
+                             ) -> dict[TopicPartition, ElectionResult]:
+        self._require()
+        out: dict[TopicPartition, ElectionResult] = {}
+        electable: list[TopicPartition] = []
+        for tp in partitions:
+            if tp[0] in self._deleting:
+                out[tp] = (ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is being deleted", NO_LEADER)
+            elif tp[1] not in self.assignments.get(tp[0], _NO_ASSIGNMENT).partitions:
+                out[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.", NO_LEADER)
+            elif tp in self.states and not self._needs_election(election_type, tp, self.states[tp]):
+                out[tp] = (ErrorCode.ELECTION_NOT_NEEDED, None, NO_LEADER)
+            else:  # (a partition without a state never got a leader: no live replica when it was created)
+                electable.append(tp)
+        elected = []
+        for tp in electable:
+            if election_type == PREFERRED:
+                ok = await self._elect_with(tp, self._preferred)
+                code, strategy = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, "PreferredReplicaPartitionLeaderElection"
+            else:
+                ok = await self._elect_with(tp, self._unclean)
+                code, strategy = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "OfflinePartitionLeaderElection"
+            if ok:
+                elected.append(tp)
+                out[tp] = (ErrorCode.NONE, None, self.states[tp].leader)
+            else:
+                why = f"Failed to elect leader for partition {tp[0]}-{tp[1]} under strategy {strategy}Strategy"
+                out[tp] = (code, why, NO_LEADER)
+        if elected:
+            log.info("%s leader election for %s", "Preferred" if election_type == PREFERRED else "Unclean",
+                     [f"{t}-{p}" for t, p in elected])
+        self._leader_and_isr(elected)
+        self._update_metadata(self.live, elected)
+        return out
+
+    def _needs_election(self, election_type: int, tp: TopicPartition, state: PartitionState) -> bool:
+        """PREFERRED: the leader is not the first assigned replica; UNCLEAN: there is no live leader."""
+        if election_type == PREFERRED:
+            return state.leader != self._replicas(tp)[0]
+        return not self._electable(state.leader)
+
+    def _preferred(self, state: PartitionState, replicas: list[int]) -> tuple[int, tuple[int, ...]] | None:
+        """Kafka's preferredReplicaPartitionLeaderElection: the first assigned replica, if live and in the ISR."""
+        if not replicas or state.leader == replicas[0]:
+            return None
+        first = replicas[0]
+        return (first, state.isr) if self._electable(first) and first in state.isr else None
+
+    def _unclean(self, state: PartitionState, replicas: list[int]) -> tuple[int, tuple[int, ...]] | None:
+        """An ElectLeaders UNCLEAN election, only for a partition without a live leader: the offline strategy
+        with unclean election allowed (a live ISR member first, else the first live replica, alone in the ISR)."""
+        if self._electable(state.leader):
+            return None
+        live_isr = [b for b in replicas if self._electable(b) and b in state.isr]
+        if live_isr:
+            return live_isr[0], tuple(b for b in state.isr if self._electable(b))
+        live = [b for b in replicas if self._electable(b)]
+        if not live:
+            return None
+        log.warning("Unclean leader election for %s: broker %d was not in the ISR %s; records only the old leader "
+                    "had are lost", replicas, live[0], list(state.isr))
+        return live[0], (live[0],)
+
+    def _start_operations(self) -> None:
+        """After a failover: the auto-rebalance timer (first check after 5 s, as Kafka)."""
+        if self.settings.auto_leader_rebalance and self._rebalance_timer is None:
+            self._rebalance_timer = asyncio.get_running_loop().create_task(self._rebalance_ticks(),
+                                                                            name="controller-auto-rebalance")
+
+    def _stop_operations(self) -> None:
+        self.shutting_down.clear()
+        if self._rebalance_timer is not None:
+            self._rebalance_timer.cancel()
+            self._rebalance_timer = None
+
+    async def _rebalance_ticks(self) -> None:
+        await asyncio.sleep(FIRST_REBALANCE_DELAY_S)
+        while True:
+            self.enqueue(self._auto_rebalance)
+            await asyncio.sleep(self.settings.imbalance_check_interval_s)
+
+    async def _auto_rebalance(self) -> None:
+        """Kafka's checkAndTriggerAutoLeaderRebalance: for each preferred broker whose share of partitions led
+        elsewhere is above leader.imbalance.per.broker.percentage, preferred elections for those partitions
+        (the election itself checks that the preferred replica is in the ISR)."""
+        if not self.active:
+            return
+        by_preferred: dict[int, list[TopicPartition]] = {}
+        for tp in self._all_partitions():
+            replicas = self._replicas(tp)
+            if replicas and tp in self.states:
+                by_preferred.setdefault(replicas[0], []).append(tp)
+        elected: list[TopicPartition] = []
+        for b, tps in sorted(by_preferred.items()):
+            elsewhere = [tp for tp in tps if self.states[tp].leader != b]
+            ratio = len(elsewhere) / len(tps)
+            if ratio <= self.settings.imbalance_percentage / 100 or not self._electable(b):
+                continue
+            log.info("Leader imbalance of broker %d is %.0f%%: preferred leader election for %d partitions", b,
+                     ratio * 100, len(elsewhere))
+            elected += [tp for tp in elsewhere if await self._elect_with(tp, self._preferred)]
+        self._leader_and_isr(elected)
+        self._update_metadata(self.live, elected)
 
     # --- requests to brokers -----------------------------------------------------------------------
 

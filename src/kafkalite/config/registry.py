@@ -170,10 +170,18 @@ _BROKER: tuple[BrokerKey, ...] = (
        "dead", at_least(1)),
     _k("zookeeper.connection.timeout.ms", "int", None, "how long to wait for the first ZooKeeper connection "
        "(default: zookeeper.session.timeout.ms)", at_least(1)),
-    _k("replica.lag.time.max.ms", "long", 30000, "a follower not caught up with its leader for this long leaves "
-       "the ISR (checked every half of it)", at_least(1)),
-    _k("replica.high.watermark.requires.min.isr", "bool", True, "kafkalite (KIP-966 rule 1): a leader's high "
-       "watermark advances only while its ISR has min.insync.replicas members (docs/design.md)"),
+    # cluster operations (cluster mode only): controlled shutdown and preferred-leader rebalance
+    _k("controlled.shutdown.enable", "bool", True, "on SIGTERM, ask the controller to move this broker's "
+       "leaderships away before stopping"),
+    _k("controlled.shutdown.max.retries", "int", 3, "controlled shutdown attempts before stopping anyway"),
+    _k("controlled.shutdown.retry.backoff.ms", "long", 5000, "pause between controlled shutdown attempts",
+       at_least(0)),
+    _k("auto.leader.rebalance.enable", "bool", True, "the controller moves leadership back to preferred "
+       "replicas periodically"),
+    _k("leader.imbalance.check.interval.seconds", "long", 300, "how often the controller checks the leader "
+       "imbalance", at_least(1)),
+    _k("leader.imbalance.per.broker.percentage", "int", 10, "share of a broker's preferred partitions led "
+       "elsewhere (percent) above which the controller elects preferred leaders", at_least(0)),
     _k("offsets.topic.replication.factor", "int", 3, "replication factor of __consumer_offsets in cluster mode "
        "(single-broker mode always uses 1)", at_least(1)),
 )
@@ -193,9 +201,6 @@ _NO_EFFECT: tuple[BrokerKey, ...] = (
     _none("controller.quorum.bootstrap.servers", "kafkalite is a single broker without a KRaft quorum"),
     _none("controller.listener.names", "kafkalite is a single broker without a KRaft quorum"),
     _none("log.message.format.version", "record batches are always written in format v2"),
-    _none("auto.leader.rebalance.enable", "preferred-leader rebalancing is not implemented yet"),
-    _none("controlled.shutdown.enable", "controlled shutdown is not implemented yet: a stopping broker's "
-          "partitions move when its ZooKeeper session ends"),
     _none("transaction.state.log.replication.factor", "transactions are not implemented yet"),
     _none("transaction.state.log.min.isr", "transactions are not implemented yet"),
     _none("transaction.state.log.num.partitions", "transactions are not implemented yet"),

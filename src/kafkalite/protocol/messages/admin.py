@@ -232,5 +232,31 @@ DESCRIBE_LOG_DIRS = message(
     ],
 )
 
+# Kafka 3.x's ElectLeaders: v1 adds the election type (KIP-460), v2 is flexible; a null topic_partitions
+# means every partition of the cluster.
+ELECT_LEADERS = message(
+    ApiKey.ELECT_LEADERS, "0-2", flexible="2+",
+    request=[
+        F("election_type", "int8", "1+", default=0),
+        A("topic_partitions", "0+", [
+            F("topic", "string"),
+            F("partition_id", "[]int32"),
+        ], null="0+"),
+        F("timeout_ms", "int32", default=60000),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16", "1+", default=0),
+        A("replica_election_results", "0+", [
+            F("topic", "string"),
+            A("partition_result", "0+", [
+                F("partition_id", "int32"),
+                F("error_code", "int16"),
+                F("error_message", "string", null=True),
+            ]),
+        ]),
+    ],
+)
+
 ALL = [CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS,
-       CREATE_PARTITIONS, DESCRIBE_LOG_DIRS]
+       CREATE_PARTITIONS, DESCRIBE_LOG_DIRS, ELECT_LEADERS]
