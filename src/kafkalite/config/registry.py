@@ -170,6 +170,10 @@ _BROKER: tuple[BrokerKey, ...] = (
        "dead", at_least(1)),
     _k("zookeeper.connection.timeout.ms", "int", None, "how long to wait for the first ZooKeeper connection "
        "(default: zookeeper.session.timeout.ms)", at_least(1)),
+    _k("replica.lag.time.max.ms", "long", 30000, "a follower not caught up with its leader for this long leaves "
+       "the ISR (checked every half of it)", at_least(1)),
+    _k("replica.high.watermark.requires.min.isr", "bool", True, "kafkalite (KIP-966 rule 1): a leader's high "
+       "watermark advances only while its ISR has min.insync.replicas members (docs/design.md)"),
     # cluster operations (cluster mode only): controlled shutdown and preferred-leader rebalance
     _k("controlled.shutdown.enable", "bool", True, "on SIGTERM, ask the controller to move this broker's "
        "leaderships away before stopping"),
