@@ -109,3 +109,29 @@ def test_a_second_controller_takes_over_and_the_first_resigns(connect):
             await cb.stop()
             await b.close()
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_new_controller_takes_dead_replicas_out_of_the_isr(connect):
+    """Kafka's replica state machine at failover: replicas on brokers that are not live go offline, so they
+    leave the ISR (keeping the last member). The dead broker here is the old controller itself, whose own
+    failure no live controller saw: without this its partitions' high watermarks wait on it until the
+    leaders' ISR shrink (replica.lag.time.max.ms)."""
+    async def main():
+        a, b, c = await _broker(connect, 1), await _broker(connect, 2), await _broker(connect, 3)
+        ca, cb = Controller(a, 1), Controller(b, 2)
+        ca.start()
+        await asyncio.sleep(0.5)
+        cb.start()
+        try:
+            await b.create_topic(z.TopicAssignment("t", uuid.uuid4(), {0: [2, 1, 3], 1: [1, 2, 3]}), {})
+            await _state_becomes(b, "t", 0, (2, (2, 1, 3), 0))
+            await _state_becomes(b, "t", 1, (1, (1, 2, 3), 0))
+            await ca.stop()
+            await a.close()
+            await _state_becomes(b, "t", 0, (2, (2, 3), 1))  # a follower: out of the ISR
+            await _state_becomes(b, "t", 1, (2, (2, 3), 1))  # its leader: elected away
+        finally:
+            await cb.stop()
+            await b.close()
+            await c.close()
+    asyncio.run(asyncio.wait_for(main(), 60))

@@ -201,6 +201,12 @@ class Controller:
         if self._isr_notes:  # left while another broker was controller: the states above are fresh, drop them
             await self._on_isr_change(self._isr_notes)
         self._update_metadata(self.live, self._all_partitions())
+        # Kafka's replica state machine start-up: replicas on brokers that are not live go offline and leave
+        # the ISR (leaders among them are replaced), also those of brokers that died while nobody was
+        # controller, e.g. the previous controller itself.
+        offline = {b for tp in self._all_partitions() for b in self._replicas(tp) if b not in self.live}
+        if offline:
+            await self._on_broker_failure(offline)
         await self._elect_offline(self._all_partitions(), fresh=True)
         self._leader_and_isr(self._all_partitions())
         self._update_metadata(self.live, self._all_partitions())
