@@ -476,3 +476,23 @@ def test_wait_for_commit_outcomes(broker_parts) -> None:
         assert await rm.wait_for_commit("w", 0, end + 1, 100) == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
     asyncio.run(scenario())
+
+
+def test_replica_fetch_diverging_epoch_and_unknown_history(lg: Log) -> None:
+    """Kafka's readRecords for a follower's last fetched epoch: a history that parts from the leader's gets
+    `diverging_epoch` and no records; an epoch the leader has no end offset for (newer than any it knows)
+    gets OFFSET_OUT_OF_RANGE, since an all-default diverging_epoch is not sent on the wire at all."""
+    part = replicated(lg, epoch=1)
+    part.append_records_to_leader(batch(3))
+    part.make_leader(4, isr=[NODE, F2, F3], replicas=[NODE, F2, F3], partition_epoch=5, now_ms=1)
+    part.append_records_to_leader(batch(2))
+
+    def read(offset: int, last_epoch: int):
+        return part.read(offset, 10_000, isolation=FetchIsolation.LOG_END, min_one_message=True, replica_id=F2,
+                         last_fetched_epoch=last_epoch)
+    r = read(5, 1)  # a follower with 5 records of epoch 1: the leader's epoch 1 ended at 3
+    assert (r.error, r.diverging, r.size) == (0, (1, 3), 0)
+    r = read(3, 1)
+    assert (r.error, r.diverging) == (0, None) and r.size > 0
+    r = read(5, 7)
+    assert (r.error, r.diverging, r.size) == (ErrorCode.OFFSET_OUT_OF_RANGE, None, 0)

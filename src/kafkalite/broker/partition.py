@@ -395,6 +395,9 @@ class Partition:
                 return r
             if last_fetched_epoch >= 0:
                 epoch, end = lg.leader_epoch_cache.end_offset_for(last_fetched_epoch, lg.log_end_offset)
+                if end < 0:  # no history to compare with (Kafka's readRecords): the follower must reset
+                    raise OffsetOutOfRangeError(f"{self.topic}-{self.partition}: the leader has no end offset for "
+                                                f"epoch {last_fetched_epoch}")
                 if epoch != last_fetched_epoch or end < fetch_offset:
                     r.diverging = (epoch, end)
                     return r
@@ -409,7 +412,7 @@ class Partition:
                 r.high_watermark = r.last_stable_offset = r.log_start_offset = -1
         return r
 
-    # --- follower side (helper C; driven by broker/replica_fetcher.py) -------------------------------
+    # --- follower side (driven by broker/replica_fetcher.py) -------------------------------
     # Everything below runs on the broker's event loop, for a partition this broker follows. The fetcher
     # checks the leader epoch around each call, so none of these is ever applied for a leadership that was
     # replaced while its request was in flight.
