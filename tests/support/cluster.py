@@ -227,8 +227,11 @@ class Cluster:
 
     def create_topic(self, name: str, partitions: int = 3, replication_factor: int = 3,
                      configs: dict[str, str] | None = None, timeout_s: float = 30) -> None:
-        """CreateTopics through broker 1's client listener; waits until every partition has a leader."""
-        bid = next(iter(self.running()))
+        """CreateTopics through a running broker once every running broker is known to all; waits until every
+        partition has a leader."""
+        running = self.running()
+        self.agreed_view(lambda v: {b for b, _ in v[1]} == set(running), timeout_s)
+        bid = next(iter(running))
         body = {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication_factor,
                             "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
                 "timeout_ms": 20000}
