@@ -108,6 +108,22 @@ def _heal(cluster: Cluster) -> None:
             cluster.restart(bid)
 
 
+def _watch_failover(cluster: Cluster, p: int, old: int, t: float, timeout_s: float = 30) -> tuple[float, float]:
+    """Seconds from the kill at `t` until ZooKeeper dropped `old`'s registration (detection) and until partition
+    `p` had another leader (election), polled every 20 ms; §7.7's split of the failover time."""
+    gone = elected = None
+    deadline = t + timeout_s
+    while (gone is None or elected is None) and time.monotonic() < deadline:
+        now = time.monotonic()
+        if gone is None and old not in cluster.registered():
+            gone = now - t
+        if elected is None and cluster.leader(TOPIC, p) not in (-1, old):
+            elected = now - t
+        time.sleep(0.02)
+    assert gone is not None and elected is not None, f"broker {old} not replaced within {timeout_s} s"
+    return gone, elected
+
+
 def _judge(cluster: Cluster, sends: list[Send], rf: int = 3, settle_s: float = 30, **figures: Any) -> Report:
     """After the faults healed and the workload stopped: wait for the ISR to be full, then read everything back
     and compare the replicas; replicas still catching up get `settle_s` to reach the high watermark."""
@@ -196,7 +212,7 @@ def test_r2_leader_kill9_chase(cluster):
     wait for a full ISR before the next): no acknowledged record lost; failover = kill -> first ack of a send
     issued after the kill, on that partition."""
     _topic(cluster)
-    failover, detection, full_isr = [], [], []
+    failover, detection, election, full_isr = [], [], [], []
     with _workload(cluster) as wl:
         time.sleep(2)
         for i in range(KILLS):
@@ -205,8 +221,10 @@ def test_r2_leader_kill9_chase(cluster):
             epoch = cluster.partition_state(TOPIC, p)["leader_epoch"]
             t = time.monotonic()
             cluster.kill(old)
+            gone, elected = _watch_failover(cluster, p, old, t)
+            detection.append(gone)
+            election.append(elected)
             failover.append(wl.wait_acked_after(t, {p}, timeout_s=30))
-            detection.append(cluster.wait_deregistered(old) if old in cluster.registered() else 0.0)
             state = cluster.partition_state(TOPIC, p)
             assert state["leader"] not in (old, -1) and state["leader_epoch"] > epoch, state
             assert old not in state["isr"] and len(state["isr"]) == 2, state
@@ -216,7 +234,7 @@ def test_r2_leader_kill9_chase(cluster):
             full_isr.append(time.monotonic() - t_up)
         time.sleep(1)
     rep = _judge(cluster, wl.sends, scenario=f"R2 leader kill x{KILLS}", failover_s=failover,
-                 detection_s=detection, rejoin_isr_s=full_isr)
+                 detection_s=detection, election_s=election, rejoin_isr_s=full_isr)
     assert not wl.fatal_errors
     rep.assert_clean()
     # the issue's bound: failover <= zookeeper.session.timeout.ms + 2 s
@@ -271,9 +289,9 @@ def test_r4_clean_rolling_restart(cluster):
     rep = _judge(cluster, wl.sends, scenario=f"R4 rolling restart x{ROUNDS}", shutdown_s=stops)
     assert not wl.fatal_errors
     rep.assert_clean()
-    assert rep.unknown == 0
     # §7.6: max produce stall < 1 s with short timeouts; 2 s here for a shared 2-core machine
     assert rep.figures["max_ack_gap_s"] < 2.0, rep.summary()
+    assert rep.unknown == 0, rep.summary()  # no send waited out its 30 s delivery timeout
 
 
 @pytest.mark.replication
@@ -296,11 +314,15 @@ def test_r5_follower_paused(cluster):
         cluster.wait_isr(TOPIC, PARTITIONS, 3)
         rejoin = time.monotonic() - t_resume
         time.sleep(1)
-    rep = _judge(cluster, wl.sends, scenario="R5 follower pause 10s", isr_shrink_s=shrink, rejoin_isr_s=rejoin)
+    followed = latency_figures([s for s in wl.sends if s.partition != 1])
+    rep = _judge(cluster, wl.sends, scenario="R5 follower pause 10s", isr_shrink_s=shrink, rejoin_isr_s=rejoin,
+                 followed_p99_ms=followed["p99_ms"], followed_max_ms=followed["max_ms"])
     assert not wl.fatal_errors
     rep.assert_clean()
-    # acks=all latency is bounded by the lag time (plus, for the paused broker's own partition, a failover)
-    assert rep.figures["p99_ms"] <= LAG_MS + SESSION_TIMEOUT_MS + 2000, rep.summary()
+    # acks=all on the partitions it only followed waits at most for the ISR shrink (the lag time, checked every
+    # lag/2 as Kafka's isr-expiration task); on the one it led, for a failover (session timeout) as well
+    assert followed["max_ms"] <= LAG_MS * 1.5 + 2000, rep.summary()
+    assert rep.figures["max_ms"] <= LAG_MS * 1.5 + SESSION_TIMEOUT_MS + 3000, rep.summary()
 
 
 @pytest.mark.replication
