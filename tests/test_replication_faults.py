@@ -168,6 +168,27 @@ def test_layout_clients_direct_brokers_and_zookeeper_through_proxies(cluster):
     cluster.agreed_view(lambda v: len(v[1]) == 3)
 
 
+def test_fault_helpers_kill_pause_terminate_restart(cluster):
+    """The fault helpers do what the scenarios rely on: kill -9 and SIGSTOP end a broker's ZooKeeper session
+    within about the session timeout, SIGCONT and restart bring it back under the same id, SIGTERM exits 0."""
+    cluster.wait_for("3 brokers registered", lambda: cluster.registered() == {1, 2, 3})
+    bound = SESSION_TIMEOUT_MS / 1000 + 5
+    cluster.kill(3)
+    assert cluster.brokers[3].proc.returncode == -9
+    assert cluster.wait_deregistered(3, timeout_s=20) < bound
+    cluster.restart(3)
+    cluster.wait_for("broker 3 back", lambda: 3 in cluster.registered(), 30)
+    cluster.pause(2)
+    assert 2 not in cluster.running()
+    assert cluster.wait_deregistered(2, timeout_s=20) < bound
+    cluster.resume(2)
+    cluster.wait_for("broker 2 back after SIGCONT", lambda: 2 in cluster.registered(), 30)
+    assert cluster.terminate(1) == 0
+    cluster.wait_for("broker 1 deregistered at once on SIGTERM", lambda: 1 not in cluster.registered(), 5)
+    cluster.restart(1)
+    cluster.agreed_view(lambda v: len(v[1]) == 3, timeout_s=30)
+
+
 def test_r1_steady_state_rf1_checks_the_harness(cluster):
     """R1 with replication factor 1 (no followers needed): the workload, reads and checker agree end to end."""
     _topic(cluster, rf=1)

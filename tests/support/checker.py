@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,6 +150,9 @@ def check(sends: list[Send], reads: dict[int, list[tuple[int, bytes]]],
     rep.acked = sum(s.outcome == "ok" for s in sends)
     rep.failed = sum(s.outcome == "fail" for s in sends)
     rep.unknown = rep.sent - rep.acked - rep.failed
+    errors = Counter(s.error for s in sends if s.outcome != "ok")
+    if errors:
+        rep.figures["errors"] = dict(errors.most_common())
 
     # values at offsets, from every source
     at: dict[tuple[int, int], set[bytes | None]] = defaultdict(set)
