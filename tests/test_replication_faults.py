@@ -445,3 +445,40 @@ def test_r9_rapid_leader_churn(cluster):
     rep = _judge(cluster, wl.sends, scenario=f"R9 leader churn x{CHURNS}", election_s=elections)
     assert not wl.fatal_errors
     rep.assert_clean()
+
+
+@pytest.mark.replication
+def test_r6_leader_isolated_from_zookeeper(cluster):
+    """Cut a (non-controller) partition leader off from ZooKeeper only: its session expires, the controller elects
+    another leader; the old one is not told and may keep taking acks=1 writes, which are lost when it rejoins as a
+    follower and truncates (§6 #4: counted, allowed); acks=all loses nothing."""
+    _topic(cluster)
+    acks1 = "events-acks1"
+    cluster.create_topic(acks1, PARTITIONS, 3, TOPIC_CONFIG)
+    cluster.wait_isr(acks1, PARTITIONS, 3)
+    controller = cluster.controller_id()
+    p = next(p for p in range(PARTITIONS) if cluster.leader(TOPIC, p) != controller)
+    old = cluster.leader(TOPIC, p)
+    with _workload(cluster) as wl, Workload(cluster.bootstrap, acks1, PARTITIONS, producers=1, rate=RATE / 2,
+                                            acks="1", idempotent=False, name="a") as wl1:
+        time.sleep(2)
+        t = time.monotonic()
+        cluster.zk_link[old].blackhole()
+        gone, elected = _watch_failover(cluster, p, old, t)
+        # until its session ends the old leader legitimately acknowledges (its followers still fetch): what a
+        # user waits for is the first acknowledgement after the election
+        failover = wl.wait_acked_after(t + elected, {p}, timeout_s=30)
+        time.sleep(3)
+        cluster.zk_link[old].heal()
+        cluster.wait_for(f"broker {old} registered again", lambda: old in cluster.registered(), 30)
+        cluster.wait_isr(TOPIC, PARTITIONS, 3)
+        cluster.wait_isr(acks1, PARTITIONS, 3)
+        time.sleep(1)
+    reads1, hws1 = read_all(cluster.bootstrap, acks1, PARTITIONS)
+    rep1 = check(wl1.sends, reads1, None, hws1)
+    rep = _judge(cluster, wl.sends, scenario="R6 leader isolated from ZK", detection_s=gone, election_s=elected,
+                 after_election_s=failover, acks1_acked=rep1.acked, acks1_lost=len(rep1.acked_lost),
+                 acks1_inconsistent=len(rep1.inconsistent))
+    assert not wl.fatal_errors
+    rep.assert_clean()
+    assert rep1.acked > 0 and not rep1.duplicates and not rep1.unexpected, rep1.summary()  # acks=1 may only lose

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
 
 # Broker answers that mean "not appended": the record cannot appear later. Only trusted when librdkafka reports
 # them as the final error of a send it did not retry after an indeterminate attempt (retries=0, or idempotent
@@ -143,8 +143,13 @@ class Workload:
     def first_ack_after(self, t: float, partitions: set[int] | None = None) -> float | None:
         """Seconds from `t` to the first acknowledged send produced at or after `t` (on `partitions`): the
         failover time a user sees. A send issued after a leader died can only be acknowledged by a new one."""
-        acks = [s.acked_at for s in self.sends if s.outcome == "ok" and s.sent_at >= t and s.acked_at is not None
-                and (partitions is None or s.partition in partitions)]
+        acks = []
+        for pt in self._threads:
+            for s in reversed(pt.sends):  # appended in sent_at order: only the tail since `t` (soak runs are long)
+                if s.sent_at < t:
+                    break
+                if s.outcome == "ok" and s.acked_at is not None and (partitions is None or s.partition in partitions):
+                    acks.append(s.acked_at)
         return min(acks) - t if acks else None
 
     def wait_acked_after(self, t: float, partitions: set[int] | None = None, timeout_s: float = 30) -> float:
@@ -182,37 +187,25 @@ def probe_send(bootstrap: str, topic: str, partition: int, value: str, *, timeou
 
 def read_all(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60) -> tuple[
         dict[int, list[tuple[int, bytes]]], dict[int, int]]:
-    """Every record of every partition from offset 0 (log start) to the high watermark, with a fresh consumer
-    (read_uncommitted); returns ({partition: [(offset, value)]}, {partition: high watermark})."""
-    with _consumer(bootstrap) as c:
-        hws = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
-        done = {p for p in range(partitions) if hws[p] == 0}
-        deadline = time.monotonic() + timeout_s
-        while len(done) < partitions:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"read_all: partitions {set(range(partitions)) - done} not read to their "
-                                     f"high watermarks {hws} within {timeout_s} s")
-            for m in c.consume(500, 0.5):
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        if m.offset() >= hws[m.partition()]:
-                            done.add(m.partition())
-                        continue
-                    raise AssertionError(f"read_all: {m.error()}")
-                out[m.partition()].append((m.offset(), m.value()))
-                if m.offset() + 1 >= hws[m.partition()]:
-                    done.add(m.partition())
-        return out, hws
-
-
-@contextmanager
-def _consumer(bootstrap: str) -> Iterator[Any]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "fault-checker", "enable.auto.commit": False,
-                  "enable.partition.eof": True, "isolation.level": "read_uncommitted",
-                  "auto.offset.reset": "earliest"})
+    """Every record of every partition from the log start to the high watermark, with a fresh consumer
+    (kafka-python, read_uncommitted, no group: librdkafka's consumer needs a group.id, and its coordinator lookup
+    would create __consumer_offsets, 50 more partitions to replicate mid-scenario); returns
+    ({partition: [(offset, value)]}, {partition: high watermark})."""
+    tps = [KafkaTopicPartition(topic, p) for p in range(partitions)]
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                      isolation_level="read_uncommitted", request_timeout_ms=30000)
     try:
-        yield c
+        c.assign(tps)
+        hws = {tp.partition: off for tp, off in c.end_offsets(tps).items()}
+        c.seek_to_beginning(*tps)
+        out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+        deadline = time.monotonic() + timeout_s
+        while any(c.position(tp) < hws[tp.partition] for tp in tps):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"read_all: {topic} not read to its high watermarks {hws} within {timeout_s} s "
+                                     f"(at {[c.position(tp) for tp in tps]})")
+            for tp, msgs in c.poll(500, max_records=5000).items():
+                out[tp.partition] += [(m.offset, m.value) for m in msgs if m.offset < hws[tp.partition]]
+        return out, hws
     finally:
         c.close()
