@@ -2,12 +2,13 @@
 # Each creates (or refreshes, when pyproject.toml changed) the virtualenv in .venv: `make demo` with the
 # `spark` extra (Spark itself needs Java 17+, which `kafkalite demo` checks first), `make test` with the
 # dev tools, which include the extra.
+# `make soak` runs the replication fault scenarios long (100 leader kills, ...) and prints their figures.
 PYTHON ?= python3
 VENV ?= .venv
 SPARK_STAMP := $(VENV)/.installed-spark
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast bench lint clean
+.PHONY: demo test test-fast bench lint soak clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +36,15 @@ test-fast: $(DEV_STAMP)
 
 bench: $(DEV_STAMP)
 	$(VENV)/bin/python -m bench
+
+# Replication under faults, long (tests/test_replication_faults.py; needs Java + ZooKeeper like `pytest -m cluster`):
+# R2 kills the partition leader KAFKALITE_SOAK_KILLS times, R3 the controller, R4 restarts every broker ROUNDS times,
+# R9 churns the leader; each prints its figures (failover, detection, election, ISR rejoin, latency) in one table.
+SOAK_KILLS ?= 100
+soak: $(DEV_STAMP)
+	KAFKALITE_SOAK_KILLS=$(SOAK_KILLS) KAFKALITE_SOAK_CONTROLLER_KILLS=20 KAFKALITE_SOAK_ROUNDS=10 \
+	KAFKALITE_SOAK_CHURNS=30 KAFKALITE_SOAK_STEADY_SECONDS=300 \
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m cluster tests/test_replication_faults.py
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check src tests bench

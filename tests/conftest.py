@@ -26,6 +26,11 @@ MODULE_MARKERS: dict[str, frozenset[str]] = {
 }
 
 
+def pytest_configure(config):
+    # fault scenarios that need issue 15's replication (followers, ISR, acks=all waiting for them); also cluster
+    config.addinivalue_line("markers", "replication: a fault scenario that needs replication (issue 15)")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
