@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from kafkalite.broker.apis import CloseConnection, KafkaApis
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import INTERNAL_TOPICS, validate_topic_name, write_partition_topic_id
+from kafkalite.broker.partition import Partition
 from kafkalite.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
 from kafkalite.cluster import znodes as z
@@ -269,8 +270,9 @@ class ClusterNode:
         try:
             configs = await self.store.topic_config(topic)
             self.fetchers.remove_partition(topic, p)  # before the role changes off the loop (Kafka's order)
-            await asyncio.to_thread(self._ensure_local, topic, topic_id, p, configs, s)
-            self.replicas.purgatory.wake((topic, p))  # on the loop: waiting produces see the new role
+            part = await asyncio.to_thread(self._ensure_local, topic, topic_id, p, configs)
+            self._apply_role(part, s)
+            self.replicas.purgatory.wake((topic, p))  # waiting produces see the new role
             if s["leader"] != self.node_id:
                 self.fetchers.add_partition(self.replicas.partitions[(topic, p)])
         except (KafkaliteError, OSError) as exc:
@@ -285,10 +287,10 @@ class ClusterNode:
                 self.offsets_leadership.on_resignation(p, s["leader_epoch"])
         return E.NONE
 
-    def _ensure_local(self, topic: str, topic_id: uuid.UUID | None, p: int, configs: dict[str, str],
-                      s: dict[str, Any]) -> None:
-        """The local log and Partition of a partition this broker replicates, made leader or follower as
-        the controller says (Kafka's makeLeader / makeFollower, broker/partition.py)."""
+    def _ensure_local(self, topic: str, topic_id: uuid.UUID | None, p: int, configs: dict[str, str]
+                      ) -> Partition:
+        """The local log and Partition of a partition this broker replicates (in a worker thread: creating
+        a log touches the disk)."""
         md = self.replicas.metadata
         info = md.get(topic)
         if info is None:
@@ -302,6 +304,12 @@ class ClusterNode:
         part = self.replicas.partitions.get((topic, p))
         if part is None or part.log is not lg:
             part = self.replicas.partitions[(topic, p)] = self.replicas.new_partition(lg)
+        return part
+
+    def _apply_role(self, part: Partition, s: dict[str, Any]) -> None:
+        """Leader or follower as the controller says (Kafka's makeLeader / makeFollower), on the event loop:
+        an append in between must not be stamped with the old epoch after the new epoch's start was recorded
+        (Kafka holds its leaderIsrUpdateLock for the same reason)."""
         replicas, isr = list(s["replicas"]), list(s["isr"])
         if s["leader"] == self.node_id:
             part.make_leader(s["leader_epoch"], isr, replicas, s.get("partition_epoch", 0),
