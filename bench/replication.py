@@ -14,9 +14,6 @@ each figure next to the machine limit it is judged by, measured in the same run.
 Sizes: BENCH_REPL_MIB (throughput data per run, default 64), BENCH_CATCHUP_MIB (N, default 128 for a
 quick run; the issue's figure is BENCH_CATCHUP_MIB=1024), BENCH_REPL_FAILOVERS (default 3),
 BENCH_REPEATS as everywhere. Skipped with a message when ZooKeeper is not installed.
-
-Without follower replication (before issue 15's fetchers) the figures describe an unreplicated
-cluster: throughput and latency of acks=all equal acks=1's, and the catch-up never completes (reported).
 """
 
 from __future__ import annotations
@@ -41,17 +38,6 @@ CATCHUP_BYTES = int(os.environ.get("BENCH_CATCHUP_MIB", "128")) * MiB
 FAILOVERS = int(os.environ.get("BENCH_REPL_FAILOVERS", "3"))
 LATENCY_SAMPLES = 1500
 LAG_TIME_MS = 3000  # replica.lag.time.max.ms for the run (reference §7.3): a dead follower leaves the ISR soon
-
-
-def _replicated() -> bool:
-    """Whether this build's followers replicate (the acks=all purgatory exists): else nothing ever
-    re-expands an ISR or catches a follower up, and the run must not wait for it."""
-    from kafkalite.broker.replica_manager import ReplicaManager
-
-    return hasattr(ReplicaManager, "wait_for_commit")
-
-
-REPLICATED = _replicated()
 
 
 def _producer(bootstrap: str, acks: str, **extra: object):
@@ -164,8 +150,7 @@ def _failover(cluster: Cluster, results: dict) -> None:
         c.produce("fo", 0, batch, acks=-1)
         for _ in range(FAILOVERS):
             cluster.agreed_view(lambda v: len(v[1]) == 3, timeout_s=60)
-            if REPLICATED:
-                _wait(lambda: len(_state(cluster, "fo", 1)[2]) == 3, 60, "all three replicas in the ISR of fo-0")
+            _wait(lambda: len(_state(cluster, "fo", 1)[2]) == 3, 60, "all three replicas in the ISR of fo-0")
             leader = _state(cluster, "fo", next(iter(cluster.running())))[0]
             t0 = time.monotonic()
             cluster.brokers[leader].kill()
@@ -212,7 +197,7 @@ def _catch_up(cluster: Cluster, results: dict, d) -> None:
     cluster.agreed_view(lambda v: len(v[1]) == 2, timeout_s=SESSION_TIMEOUT_MS / 1000 + 30)  # its session ended
     follower.start()
     t0 = time.monotonic()
-    timeout = max(60.0, 10 * limit) if REPLICATED else 10.0
+    timeout = max(60.0, 10 * limit)
     try:
         _wait(lambda: _log_size(cluster, 3, "cu") >= target and 3 in _state(cluster, "cu", 1)[2], timeout,
               "broker 3 to catch up")
@@ -222,8 +207,7 @@ def _catch_up(cluster: Cluster, results: dict, d) -> None:
                           f"{fmt_rate(sendfile_rate)})", "<= 100%")
     except TimeoutError:
         got = max(_log_size(cluster, 3, "cu"), 0)
-        why = "" if REPLICATED else "; this build has no follower replication"
-        results[label] = (f"not within {timeout:.0f} s ({got // MiB:,} of {target // MiB:,} MiB{why})",
+        results[label] = (f"not within {timeout:.0f} s ({got // MiB:,} of {target // MiB:,} MiB)",
                           f"limit {limit:.2f} s (2x loopback sendfile)", "<= 100%")
 
 

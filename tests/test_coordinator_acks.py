@@ -2,58 +2,96 @@
 answered only once the high watermark of its `__consumer_offsets` partition covers it, and a write the
 replicas do not confirm gets GroupMetadataManager's error (storeOffsets / storeGroup mappings).
 
-`Replicas` below stands in for the one call of the broker's ReplicaManager the coordinator waits on,
-`wait_for_commit(topic, partition, required_offset, timeout_ms) -> error code` (the acks=all purgatory of
-the replication work): the test decides when the "followers" have the write and moves the real log's high
-watermark itself. The last test runs the real ReplicaManager's purgatory once it has that method.
+Everything is the broker's own: a ReplicaManager whose `__consumer_offsets`-0 this broker leads with a
+follower in its ISR, the coordinator writing through `append_for_coordinator` and waiting in
+`wait_for_commit`, exactly as server.py wires them. The follower is played from the leader's side: its
+replica fetches go through `ReplicaManager.fetch(..., replica_id=...)`, which records its position, moves
+the HW and wakes the waiters, as a real follower's fetches do. Leadership and ISR changes are what the
+cluster glue applies from the controller's LeaderAndIsr (make_leader / make_follower, then a wake-up).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kafkalite.broker.config import BrokerConfig
+from kafkalite.broker.metadata import MetadataStore
+from kafkalite.broker.partition import Partition
+from kafkalite.broker.replica_manager import ReplicaManager
+from kafkalite.broker.topic_admin import TopicAdmin
 from kafkalite.coordinator import OFFSETS_TOPIC, Errors, GroupCoordinator
 from kafkalite.manager.log_manager import LogManager
-from kafkalite.storage.producer_state import AppendOrigin
+from kafkalite.storage.log import FetchIsolation
 from tests.support.coordinator import COMMIT, FAST, FETCH, SimConsumer, eventually, manager
 
-
-class Replicas:
-    """Holds each write until the test says how it ends (see the module doc)."""
-
-    def __init__(self, lm: LogManager) -> None:
-        self.lm = lm
-        self.waiting: list[tuple[int, int, int, asyncio.Future[int]]] = []
-
-    async def wait_for_commit(self, topic: str, partition: int, required_offset: int, timeout_ms: int) -> int:
-        assert topic == OFFSETS_TOPIC
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self.waiting.append((partition, required_offset, timeout_ms, fut))
-        return await fut
-
-    def finish(self, code: int = 0) -> tuple[int, int, int]:
-        """End the oldest waiting write; with success the partition's HW first moves over it."""
-        partition, required, timeout_ms, fut = self.waiting.pop(0)
-        if code == 0:
-            self.lm.get_log(OFFSETS_TOPIC, partition).update_high_watermark(required)
-        fut.set_result(code)
-        return partition, required, timeout_ms
+NODE, FOLLOWER = 1, 2
+KEY = (OFFSETS_TOPIC, 0)
 
 
-def held_coordinator(path: Path, **props: Any) -> tuple[GroupCoordinator, Replicas]:
-    """A coordinator whose appends leave the HW where it was (followers have not fetched yet)."""
-    lm = manager(path)
-    replicas = Replicas(lm)
+class OffsetsLeader:
+    """A broker (ReplicaManager, LogManager, group coordinator) leading `__consumer_offsets`-0 (the only
+    partition, so every group lives there) at epoch 1 with `isr` out of replicas [NODE, FOLLOWER]."""
 
-    def writer(partition: int, batch: bytearray) -> int:
-        lg = lm.get_or_create_log(OFFSETS_TOPIC, partition)
-        return lg.append_as_leader(batch, 0, AppendOrigin.COORDINATOR).first_offset
+    def __init__(self, path: Path, **props: Any) -> None:
+        cfg = BrokerConfig.load(None, {"log.dirs": str(path / "data"), "node.id": NODE})
+        self.lm = LogManager(cfg.log_dirs, cfg.log_config(), cfg.manager_config())
+        self.rm = ReplicaManager(cfg, self.lm, MetadataStore(self.lm.dirs[0].path))
+        TopicAdmin(self.rm).startup()
+        self.rm.startup()
+        self.coord = GroupCoordinator(self.lm, {**FAST, "offsets.topic.num.partitions": 1, **props},
+                                      writer=functools.partial(self.rm.append_for_coordinator, OFFSETS_TOPIC),
+                                      replicas=self.rm)
 
-    return GroupCoordinator(lm, {**FAST, **props}, writer=writer, replicas=replicas), replicas
+    async def start(self, isr: tuple[int, ...] = (NODE, FOLLOWER), min_insync_replicas: int | None = None
+                    ) -> Partition:
+        await self.coord.load()
+        self.coord.ensure_offsets_topic()
+        if min_insync_replicas is not None:
+            self.lm.update_topic_config(OFFSETS_TOPIC, {**self.lm.topic_configs.get(OFFSETS_TOPIC, {}),
+                                                        "min.insync.replicas": min_insync_replicas})
+        self.part = self.rm.get_partition(*KEY)
+        self.controller_says(lambda p: p.make_leader(1, list(isr), [NODE, FOLLOWER]))
+        assert self.part.log.config.min_insync_replicas == (min_insync_replicas or 1)
+        return self.part
+
+    def controller_says(self, change: Callable[[Partition], object]) -> None:
+        """Apply a LeaderAndIsr to the partition and wake its waiters, as the cluster glue does."""
+        change(self.part)
+        self.rm.purgatory.wake(KEY)
+
+    async def replica_fetch(self, offset: int | None = None) -> None:
+        """The follower's fetch from `offset` (its log end; by default the leader's: it has everything so
+        far), through the leader's replica fetch path."""
+        offset = self.part.log_end_offset if offset is None else offset
+        [read] = await self.rm.fetch([(*KEY, offset, 1 << 20, self.part.leader_epoch, -1)], max_wait_ms=0,
+                                     min_bytes=0, max_bytes=1 << 20, isolation=FetchIsolation.LOG_END,
+                                     replica_id=FOLLOWER, log_start_offsets=[0])
+        assert read.error == 0 and read.diverging is None
+
+    def parked(self) -> int:
+        """Writes waiting in the acks=all purgatory."""
+        return len(self.rm.purgatory)
+
+    def close(self) -> None:
+        self.coord.close()
+        self.lm.shutdown()
+
+
+def run(path: Path, scenario: Callable[[OffsetsLeader], Awaitable[None]], **props: Any) -> None:
+    async def main() -> None:
+        leader = OffsetsLeader(path, **props)
+        try:
+            await scenario(leader)
+        finally:
+            leader.close()
+
+    asyncio.run(main())
 
 
 async def call(coord: GroupCoordinator, api: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -79,62 +117,97 @@ async def fetched(coord: GroupCoordinator, group: str) -> dict[str, Any] | None:
 
 
 def test_offset_commit_is_answered_and_visible_only_once_replicated(tmp_path):
-    async def main():
-        coord, replicas = held_coordinator(tmp_path, **{"offsets.commit.timeout.ms": 1234})
-        await coord.load()
+    async def scenario(leader: OffsetsLeader) -> None:
+        part = await leader.start()
+        coord = leader.coord
         answer = asyncio.ensure_future(call(coord, COMMIT, 8, commit("g", 42, epoch=7)))
-        await eventually(lambda: bool(replicas.waiting), what="the commit to wait for its replicas")
+        await eventually(lambda: leader.parked() == 1, what="the commit to wait for its replicas")
+        assert part.log_end_offset == 1 and part.high_watermark == 0
+        await leader.replica_fetch(0)  # the follower has nothing yet: the HW stays
         await asyncio.sleep(0.05)
         assert not answer.done()
         assert await fetched(coord, "g") is None  # not visible before the HW covers it
-        partition, required, timeout_ms = replicas.finish(0)
-        assert partition == coord.coordinator_key_partition("g") and required == 1 and timeout_ms == 1234
+        await leader.replica_fetch()  # the follower has the commit
+        assert part.high_watermark == 1
         assert code_of(await answer) == 0
         got = await fetched(coord, "g")
         assert got is not None and (got["committed_offset"], got["committed_leader_epoch"]) == (42, 7)
-        coord.close()
 
-    asyncio.run(main())
+    run(tmp_path, scenario)
 
 
-@pytest.mark.parametrize(("replication_error", "answered"), [
-    (Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.COORDINATOR_NOT_AVAILABLE),
-    (Errors.NOT_ENOUGH_REPLICAS, Errors.COORDINATOR_NOT_AVAILABLE),
-    (Errors.NOT_LEADER_OR_FOLLOWER, Errors.NOT_COORDINATOR),
-    (Errors.REQUEST_TIMED_OUT, Errors.REQUEST_TIMED_OUT),  # storeOffsets passes it on; clients retry
-])
-def test_offset_commit_the_replicas_did_not_confirm(tmp_path, replication_error, answered):
-    async def main():
-        coord, replicas = held_coordinator(tmp_path)
-        await coord.load()
-        answer = asyncio.ensure_future(call(coord, COMMIT, 8, commit("g", 5)))
-        await eventually(lambda: bool(replicas.waiting), what="the commit to wait")
-        replicas.finish(replication_error)
-        assert code_of(await answer) == answered
-        assert await fetched(coord, "g") is None
-        coord.close()
+async def _isr_shrinks_after_the_follower_fetched(leader: OffsetsLeader) -> None:
+    """The follower gets the commit and the HW moves over it; before the waiting commit runs again, the
+    controller takes the follower out of the ISR (its broker died): committed, but with an ISR below
+    min.insync.replicas (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
+    await leader.start(min_insync_replicas=2)
+    answer = asyncio.ensure_future(call(leader.coord, COMMIT, 8, commit("g", 5)))
+    await eventually(lambda: leader.parked() == 1, what="the commit to wait")
+    await leader.replica_fetch()  # no suspension between this and the LeaderAndIsr
+    assert leader.part.high_watermark == leader.part.log_end_offset
+    leader.controller_says(lambda p: p.make_leader(2, [NODE], [NODE, FOLLOWER]))
+    assert code_of(await answer) == Errors.COORDINATOR_NOT_AVAILABLE
 
-    asyncio.run(main())
+
+async def _isr_below_min_insync_replicas(leader: OffsetsLeader) -> None:
+    """The ISR is already below min.insync.replicas: the append itself is refused (NOT_ENOUGH_REPLICAS),
+    nothing is written."""
+    part = await leader.start(isr=(NODE,), min_insync_replicas=2)
+    assert code_of(await call(leader.coord, COMMIT, 8, commit("g", 5))) == Errors.COORDINATOR_NOT_AVAILABLE
+    assert part.log_end_offset == 0
+
+
+async def _leadership_moves_while_waiting(leader: OffsetsLeader) -> None:
+    """The controller makes the follower the leader while the commit waits (NOT_LEADER_OR_FOLLOWER)."""
+    await leader.start()
+    answer = asyncio.ensure_future(call(leader.coord, COMMIT, 8, commit("g", 5)))
+    await eventually(lambda: leader.parked() == 1, what="the commit to wait")
+    leader.controller_says(lambda p: p.make_follower(FOLLOWER, 2, [FOLLOWER], [NODE, FOLLOWER]))
+    assert code_of(await answer) == Errors.NOT_COORDINATOR
+
+
+async def _follower_never_fetches(leader: OffsetsLeader) -> None:
+    """offsets.commit.timeout.ms passes without the follower fetching (REQUEST_TIMED_OUT, passed on by
+    storeOffsets: clients retry)."""
+    part = await leader.start()
+    answer = asyncio.ensure_future(call(leader.coord, COMMIT, 8, commit("g", 5)))
+    await asyncio.sleep(0.1)
+    assert not answer.done()
+    assert code_of(await asyncio.wait_for(answer, 5)) == Errors.REQUEST_TIMED_OUT
+    assert part.log_end_offset == 1 and part.high_watermark == 0  # written, maybe committed later
+
+
+@pytest.mark.parametrize("scenario", [
+    _isr_shrinks_after_the_follower_fetched, _isr_below_min_insync_replicas, _leadership_moves_while_waiting,
+    _follower_never_fetches,
+], ids=lambda f: f.__name__.strip("_"))
+def test_offset_commit_the_replicas_did_not_confirm(tmp_path, scenario):
+    async def checked(leader: OffsetsLeader) -> None:
+        await scenario(leader)
+        assert await fetched(leader.coord, "g") is None
+
+    run(tmp_path, checked, **{"offsets.commit.timeout.ms": 400})
 
 
 def test_commits_confirmed_out_of_order_keep_the_later_one(tmp_path):
-    async def main():
-        coord, replicas = held_coordinator(tmp_path)
-        await coord.load()
+    """A commit waits for the follower; the controller then takes the follower out of the ISR, which moves
+    the HW over it, but the waiting commit is woken only later (the cluster glue applies LeaderAndIsr off
+    the event loop and wakes the waiters after). A later commit arriving in between is committed at once
+    and applied first; when the earlier one completes it must not overwrite it (Kafka's olderThan)."""
+    async def scenario(leader: OffsetsLeader) -> None:
+        part = await leader.start()
+        coord = leader.coord
         first = asyncio.ensure_future(call(coord, COMMIT, 8, commit("g", 10)))
-        await eventually(lambda: len(replicas.waiting) == 1, what="the first commit")
-        second = asyncio.ensure_future(call(coord, COMMIT, 8, commit("g", 20)))
-        await eventually(lambda: len(replicas.waiting) == 2, what="the second commit")
-        replicas.waiting.reverse()
-        replicas.finish(0)  # the HW passes both; the later write's waiter happens to wake first
-        assert code_of(await second) == 0
-        replicas.finish(0)
+        await eventually(lambda: leader.parked() == 1, what="the first commit to wait")
+        part.make_leader(2, [NODE], [NODE, FOLLOWER])  # the glue's worker thread; its wake-up comes later
+        assert part.high_watermark == 1
+        assert code_of(await call(coord, COMMIT, 8, commit("g", 20))) == 0
+        assert not first.done()  # the later commit was answered (and applied) first
         assert code_of(await first) == 0
         got = await fetched(coord, "g")
         assert got is not None and got["committed_offset"] == 20
-        coord.close()
 
-    asyncio.run(main())
+    run(tmp_path, scenario)
 
 
 def test_oversized_commit_is_invalid_commit_offset_size(tmp_path):
@@ -153,29 +226,27 @@ def test_oversized_commit_is_invalid_commit_offset_size(tmp_path):
 
 
 def test_sync_group_waits_for_the_assignment_to_replicate(tmp_path):
-    async def main():
-        coord, replicas = held_coordinator(tmp_path)
-        await coord.load()
-        member = SimConsumer(coord, "g", {"t": 2}, "c1")
+    async def scenario(leader: OffsetsLeader) -> None:
+        part = await leader.start()
+        member = SimConsumer(leader.coord, "g", {"t": 2}, "c1")
         joined = asyncio.ensure_future(member.join_and_sync())
         # the first write is the new group's own (written without waiting), the assignment's waits
-        await eventually(lambda: bool(replicas.waiting), what="the assignment to wait for its replicas")
+        await eventually(lambda: leader.parked() == 1, what="the assignment to wait for its replicas")
         await asyncio.sleep(0.05)
         assert not joined.done()
-        replicas.finish(0)
+        assert part.log_end_offset == 2 and part.high_watermark == 0
+        await leader.replica_fetch()
         await asyncio.wait_for(joined, 5)
         assert member.assignment == {"t": [0, 1]}
-        coord.close()
 
-    asyncio.run(main())
+    run(tmp_path, scenario)
 
 
 def test_sync_group_timeout_is_rebalance_in_progress(tmp_path):
     """storeGroup: REQUEST_TIMED_OUT -> REBALANCE_IN_PROGRESS (members rejoin), and no assignment is given."""
-    async def main():
-        coord, replicas = held_coordinator(tmp_path)
-        await coord.load()
-        member = SimConsumer(coord, "g", {"t": 2}, "c1")
+    async def scenario(leader: OffsetsLeader) -> None:
+        await leader.start()
+        member = SimConsumer(leader.coord, "g", {"t": 2}, "c1")
         sync_errors: list[int] = []
         real_call = member.call
 
@@ -187,59 +258,12 @@ def test_sync_group_timeout_is_rebalance_in_progress(tmp_path):
 
         member.call = recording  # type: ignore[method-assign]
         joined = asyncio.ensure_future(member.join_and_sync())
-        await eventually(lambda: bool(replicas.waiting), what="the assignment to wait")
-        replicas.finish(Errors.REQUEST_TIMED_OUT)
-        await eventually(lambda: bool(replicas.waiting), what="the rejoin's assignment to wait")
-        replicas.finish(0)
+        await eventually(lambda: bool(sync_errors), what="the assignment's write to time out")
+        assert sync_errors == [Errors.REBALANCE_IN_PROGRESS] and member.assignment != {"t": [0, 1]}
+        await eventually(lambda: leader.parked() == 1, what="the rejoin's assignment to wait")
+        await leader.replica_fetch()
         await asyncio.wait_for(joined, 5)
         assert sync_errors == [Errors.REBALANCE_IN_PROGRESS, 0]
         assert member.assignment == {"t": [0, 1]}
-        coord.close()
 
-    asyncio.run(main())
-
-
-def test_commit_waits_for_real_followers(tmp_path):
-    """With the replication work merged: a commit to a `__consumer_offsets` partition whose ISR has a
-    follower that has not fetched times out (REQUEST_TIMED_OUT, not visible); once the follower has
-    fetched past it, a commit succeeds."""
-    from kafkalite.broker.replica_manager import ReplicaManager
-
-    if not hasattr(ReplicaManager, "wait_for_commit"):
-        pytest.skip("ReplicaManager.wait_for_commit (the acks=all purgatory) is not on this branch yet")
-    from kafkalite.broker.config import BrokerConfig
-    from kafkalite.broker.metadata import MetadataStore
-    from kafkalite.broker.topic_admin import TopicAdmin
-
-    node = 1
-
-    async def main():
-        cfg = BrokerConfig.load(None, {"log.dirs": str(tmp_path / "data"), "node.id": node})
-        lm = LogManager(cfg.log_dirs, cfg.log_config(), cfg.manager_config())
-        rm = ReplicaManager(cfg, lm, MetadataStore(lm.dirs[0].path))
-        TopicAdmin(rm).startup()
-        rm.startup()
-        try:
-            def writer(partition: int, batch: bytearray) -> int:
-                return rm.append_records(OFFSETS_TOPIC, partition, batch, origin=AppendOrigin.COORDINATOR).first_offset
-
-            coord = GroupCoordinator(rm, {**FAST, "offsets.topic.num.partitions": 1,
-                                          "offsets.commit.timeout.ms": 300}, writer=writer)
-            await coord.load()
-            coord.ensure_offsets_topic()
-            part = rm.get_partition(OFFSETS_TOPIC, 0)
-            part.make_leader(1, [node, node + 1], [node, node + 1])
-            assert code_of(await call(coord, COMMIT, 8, commit("g", 3))) == Errors.REQUEST_TIMED_OUT
-            assert await fetched(coord, "g") is None
-            part.update_follower_fetch_state(node + 1, part.log.log_end_offset, 0, 0)  # it may commit later
-            answer = asyncio.ensure_future(call(coord, COMMIT, 8, commit("g", 4)))
-            await asyncio.sleep(0.05)
-            part.update_follower_fetch_state(node + 1, part.log.log_end_offset, 0, 0)
-            rm.purgatory.wake((OFFSETS_TOPIC, 0))
-            assert code_of(await answer) == 0
-            assert (await fetched(coord, "g") or {}).get("committed_offset") == 4
-            coord.close()
-        finally:
-            lm.shutdown()
-
-    asyncio.run(main())
+    run(tmp_path, scenario, **{"offsets.commit.timeout.ms": 300})

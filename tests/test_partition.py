@@ -7,6 +7,7 @@ Real logs on a tmp dir with a mock clock; the ReplicaManager is the broker's own
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,6 @@ from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol.error_codes import ErrorCode
 from kafkalite.records import SimpleRecord, build_batch, iter_batches
 from kafkalite.storage.log import FetchIsolation, Log
-from kafkalite.storage.producer_state import AppendOrigin
 from tests.support.coordinator import coordinator, manager
 from tests.support.logs import Env
 
@@ -201,18 +201,16 @@ def test_replica_manager_routes_produce_and_reads_through_the_partition(broker_p
 
 
 def test_coordinator_writes_through_the_replica_manager(broker_parts) -> None:
-    """The broker's OffsetsWriter is ReplicaManager.append_records: a partition it does not lead refuses
-    the coordinator's append exactly as it refuses a produce."""
+    """The broker's OffsetsWriter is ReplicaManager.append_for_coordinator: a partition it does not lead
+    refuses the coordinator's append exactly as it refuses a produce."""
     rm, _admin = broker_parts
     woken = []
     rm.append_listeners.append(lambda t, p: woken.append((t, p)))
 
-    def writer(partition: int, data: bytearray) -> int:
-        return rm.append_records(OFFSETS_TOPIC, partition, data, origin=AppendOrigin.COORDINATOR).first_offset
-
     from kafkalite.coordinator import GroupCoordinator
 
-    coord = GroupCoordinator(rm.logs, {"offsets.topic.num.partitions": 2}, writer=writer)
+    coord = GroupCoordinator(rm.logs, {"offsets.topic.num.partitions": 2},
+                             writer=functools.partial(rm.append_for_coordinator, OFFSETS_TOPIC), replicas=rm)
     assert coord.topic.append(1, [(b"k", b"v")]) == 0
     part = rm.partitions[(OFFSETS_TOPIC, 1)]
     assert woken == [(OFFSETS_TOPIC, 1)] and part.high_watermark == 1

@@ -211,6 +211,16 @@ class ReplicaManager:
         (an I/O failure as KAFKA_STORAGE_ERROR, after taking the log dir offline)."""
         return self._append_to(self.get_partition(topic, partition), batch, origin)
 
+    def append_for_coordinator(self, topic: str, partition: int, batch: bytes | bytearray | memoryview) -> int:
+        """The group coordinator's append to its internal topic (its OffsetsWriter, with `topic` bound), as
+        Kafka's coordinator appends: with acks=-1, so an ISR below min.insync.replicas refuses it before
+        anything is written (NOT_ENOUGH_REPLICAS), then the one append path. Returns the batch's base offset;
+        the caller waits for the HW with `wait_for_commit`."""
+        part = self.get_partition(topic, partition)
+        part.leader_log()
+        part.check_enough_replicas_for_acks_all()
+        return self._append_to(part, batch, AppendOrigin.COORDINATOR).first_offset
+
     def _append_to(self, part: Partition, batch: bytes | bytearray | memoryview, origin: AppendOrigin
                    ) -> LogAppendInfo:
         tp = (part.topic, part.partition)

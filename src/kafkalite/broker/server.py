@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import gc
 import logging
 import os
@@ -31,7 +32,6 @@ from kafkalite.errors import KafkaliteError
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol import FileRegion
 from kafkalite.protocol.connection import InvalidReceiveError, RefusedRequest, Reply, ServerConnection
-from kafkalite.storage.producer_state import AppendOrigin
 
 log = logging.getLogger("kafkalite.broker")
 
@@ -123,12 +123,9 @@ class Broker:
     async def _start_coordinator(self) -> Any:
         replicas = self.replicas
         assert replicas is not None
-
-        def write_offsets(partition: int, batch: bytearray) -> int:  # the coordinator appends like a produce
-            info = replicas.append_records(OFFSETS_TOPIC, partition, batch, origin=AppendOrigin.COORDINATOR)
-            return info.first_offset
-
-        coordinator = GroupCoordinator(self.logs, self.config, writer=write_offsets, replicas=replicas,
+        # the coordinator appends like an acks=all produce and waits through the same ReplicaManager
+        write_offsets = functools.partial(replicas.append_for_coordinator, OFFSETS_TOPIC)
+        coordinator = GroupCoordinator(replicas.logs, self.config, writer=write_offsets, replicas=replicas,
                                        partition_exists=lambda t, p: replicas.logs.get_log(t, p) is not None)
         # in a cluster the coordinator loads a partition's groups when it becomes its leader (cluster_node)
         await coordinator.start(lead_all=not self.config.get("zookeeper.connect"))

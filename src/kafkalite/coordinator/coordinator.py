@@ -48,7 +48,14 @@ from kafkalite.coordinator.lag import Owner, PartitionLag, compute_lag
 from kafkalite.coordinator.loader import Replayer
 from kafkalite.coordinator.membership import GroupMembership, JoinRequest, SyncRequest, join_error, sync_response
 from kafkalite.coordinator.offsets import OffsetAndMetadata, OffsetStore
-from kafkalite.coordinator.offsets_topic import LoadedRecord, OffsetsTopic, OffsetsWriter, PendingWrite, TxnMarker
+from kafkalite.coordinator.offsets_topic import (
+    CommitWaiter,
+    LoadedRecord,
+    OffsetsTopic,
+    OffsetsWriter,
+    PendingWrite,
+    TxnMarker,
+)
 from kafkalite.coordinator.records import (
     NO_TIMESTAMP,
     GroupMetadataKey,
@@ -94,24 +101,21 @@ class GroupCoordinator:
 
     def __init__(
         self,
-        log_manager: LogManager | Any,
+        log_manager: LogManager,
         config: Mapping[str, object] | CoordinatorConfig | Any = None,
         *,
         clock: Clock = SYSTEM_CLOCK,
         partition_exists: Callable[[str, int], bool] | None = None,
         writer: OffsetsWriter | None = None,
-        replicas: Any = None,
+        replicas: CommitWaiter | None = None,
     ) -> None:
         """`config` takes Kafka's broker property names (offsets.topic.num.partitions,
         group.initial.rebalance.delay.ms, ...), as a dict or an object with a `props` dict (the broker's
         BrokerConfig). `partition_exists` lets OffsetCommit answer UNKNOWN_TOPIC_OR_PARTITION as Kafka
         does; without it every partition is accepted. `writer` appends the coordinator's batches (the
-        broker's: through its ReplicaManager, like a produce); without it this process leads
-        `__consumer_offsets` alone. `replicas` (the broker's ReplicaManager; taken from `log_manager`
-        when that is one) is what commits and group writes wait on before they are answered."""
-        if not isinstance(log_manager, LogManager) and isinstance(getattr(log_manager, "logs", None), LogManager):
-            replicas = replicas if replicas is not None else log_manager
-            log_manager = log_manager.logs  # the broker's ReplicaManager, which holds the LogManager
+        broker's ReplicaManager.append_for_coordinator, like an acks=all produce) and `replicas` (that
+        ReplicaManager) is what commits and group writes wait on before they are answered; they come
+        together, and without both this process leads `__consumer_offsets` alone."""
         if not isinstance(config, CoordinatorConfig):
             props = getattr(config, "props", config)
             config = CoordinatorConfig.from_props(props if isinstance(props, Mapping) else None)

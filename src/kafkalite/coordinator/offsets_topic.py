@@ -6,16 +6,16 @@ tombstones), so it lands atomically, as Kafka's coordinator runtime writes it: m
 now, no producer id, compressed per `offsets.topic.compression.codec`.
 
 The coordinator builds batches; it does not append them itself. A broker passes an `OffsetsWriter` that
-appends through its ReplicaManager like any produce (leadership check, leader epoch, commit rule, wake-ups
-of parked fetches), so the high watermark of `__consumer_offsets` moves by the same rule as every other
-topic's. Without one (coordinator tests, offline tools) the partitions are led by this process alone.
+appends through its ReplicaManager like an acks=all produce (leadership check, leader epoch,
+min.insync.replicas, commit rule, wake-ups of parked fetches), so the high watermark of
+`__consumer_offsets` moves by the same rule as every other topic's, and that ReplicaManager as `replicas`.
+Without both (coordinator tests, offline tools) the partitions are led by this process alone.
 Reading back (the load at start-up) never moves a watermark.
 
 Kafka's coordinator appends with acks=-1 and answers only once the partition's high watermark covers
 the write (offsets.commit.timeout.ms at most). `append` returns a `PendingWrite`; `committed` says at
 once whether the HW already covers it (always so with a single replica), else `wait_committed` awaits
-the broker's ReplicaManager.wait_for_commit (the acks=all purgatory). A ReplicaManager without that
-method (before replication) has one replica per partition, whose HW follows its log end on append.
+`replicas.wait_for_commit` (the broker's acks=all purgatory).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from kafkalite.broker.partition import Partition
 from kafkalite.clock import Clock
@@ -77,11 +77,27 @@ class OffsetsWriter(Protocol):
     def __call__(self, partition: int, batch: bytearray) -> int: ...
 
 
+class CommitWaiter(Protocol):
+    """What the coordinator waits on after an append: the broker's ReplicaManager.wait_for_commit (its
+    acks=all purgatory), returning an error code (NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT)."""
+
+    async def wait_for_commit(self, topic: str, partition: int, required_offset: int, timeout_ms: int) -> int: ...
+
+
 class OffsetsTopic:
     def __init__(self, log_manager: LogManager, config: CoordinatorConfig, clock: Clock,
-                 writer: OffsetsWriter | None = None, replicas: Any = None) -> None:
+                 writer: OffsetsWriter | None = None, replicas: CommitWaiter | None = None) -> None:
+        """`writer` and `replicas` come together (a broker: appends through its ReplicaManager, waits on
+        it) or not at all (`leads_alone`: this process is the only replica of every partition, whose HW
+        follows its log end on append). A writer without a waiter would answer writes its followers may
+        never get, so it is refused."""
+        if (writer is None) != (replicas is None):
+            raise ValueError("OffsetsTopic needs both an OffsetsWriter and the ReplicaManager it appends through "
+                             "(replicas), or neither (this process leads __consumer_offsets alone)")
         self.log_manager = log_manager
-        self.replicas = replicas  # the broker's ReplicaManager: its wait_for_commit, when it has one
+        self.replicas = replicas
+        self.leads_alone = replicas is None
         self.config = config
         self.clock = clock
         self.writer: OffsetsWriter = writer if writer is not None else self._append_alone
@@ -145,12 +161,13 @@ class OffsetsTopic:
         offsets.commit.timeout.ms)."""
         if self.committed(write):
             return ErrorCode.NONE
-        wait = getattr(self.replicas, "wait_for_commit", None)
-        if wait is None:
-            # Before replication (no acks=all purgatory): this broker holds the only replica.
-            return ErrorCode.NONE
-        code = await wait(OFFSETS_TOPIC, write.partition, write.required_offset,
-                          self.config.offsets_commit_timeout_ms)
+        if self.replicas is None:
+            # led alone: the HW followed the append, so only a log lost since (storage) can leave it behind
+            log.error("%s-%d is led by this process alone, yet its high watermark is below %d", OFFSETS_TOPIC,
+                      write.partition, write.required_offset)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        code = await self.replicas.wait_for_commit(OFFSETS_TOPIC, write.partition, write.required_offset,
+                                                   self.config.offsets_commit_timeout_ms)
         return ErrorCode(code)
 
     def _append_alone(self, partition: int, batch: bytearray) -> int:
