@@ -64,3 +64,18 @@ def test_serve_refuses_a_bad_config_and_a_locked_data_dir(broker, tmp_path):
     assert r.returncode == 1 and "num.partitions" in r.stdout
     r = kl("serve", "--override", f"log.dirs={broker.data_dir}", "--override", "listeners=PLAINTEXT://127.0.0.1:0")
     assert r.returncode == 1 and "lock" in r.stdout
+
+
+def test_sigquit_logs_what_each_task_waits_on_and_the_broker_goes_on(broker):
+    """kill -3, as for a JVM: the broker's asyncio tasks and their stacks go to its log; it keeps serving."""
+    import signal
+    import time
+
+    broker.proc.send_signal(signal.SIGQUIT)
+    deadline = time.monotonic() + 10
+    while "SIGQUIT:" not in broker.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    out = broker.output()
+    assert "SIGQUIT:" in out and "asyncio tasks" in out and "Stack for <Task" in out, out[-2000:]
+    res = kl("topics", "--bootstrap-server", broker.bootstrap, "--list")
+    assert res.returncode == 0, res.stderr

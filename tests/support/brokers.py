@@ -18,6 +18,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SLOW_STOP_S = 8.0  # a clean stop slower than this gets a SIGQUIT (kafkalite serve logs its asyncio tasks)
+
 class BrokerProcess:
     def __init__(self, data_dir: Path, overrides: dict[str, object] | None = None, port: int | None = None) -> None:
         self.data_dir = data_dir
@@ -58,6 +60,11 @@ class BrokerProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
+            if sig == signal.SIGTERM and timeout_s > SLOW_STOP_S:
+                try:
+                    self.proc.wait(SLOW_STOP_S)
+                except subprocess.TimeoutExpired:  # a slow shutdown: its log gets what each task waits on
+                    self.proc.send_signal(signal.SIGQUIT)
             rc = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()

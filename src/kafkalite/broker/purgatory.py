@@ -44,7 +44,11 @@ class Purgatory:
         """Wait for a wake of any key or the timeout; True when woken."""
         fut = self.watch(keys)
         try:
-            await asyncio.wait_for(fut, timeout_s)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for returns the result of a future woken in the same
+            # loop step as its task's cancellation and drops the cancellation, so a stopping broker's
+            # waiting produce (acks=all) went on waiting for its whole timeout.
+            async with asyncio.timeout(timeout_s):
+                await fut
             return True
         except TimeoutError:
             return False

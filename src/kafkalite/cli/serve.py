@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import logging
 import signal
 from typing import Any
@@ -29,7 +30,8 @@ examples:
 Settings use Kafka's names (node.id, listeners, log.dirs, log.segment.bytes, log.retention.hours,
 num.partitions, ...). An unknown or misspelt name is reported with the nearest known one; a value out of
 range stops the broker with the rule it breaks. Only PLAINTEXT listeners: TLS, SASL and ACL settings are
-refused. The broker runs until SIGTERM or Ctrl-C, then flushes and marks its data dirs clean.
+refused. The broker runs until SIGTERM or Ctrl-C, then flushes and marks its data dirs clean; SIGQUIT
+(kill -3) writes what each of its tasks is waiting on to the log, as a JVM's thread dump does.
 """
 
 
@@ -55,11 +57,23 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
     return out
 
 
+def dump_tasks() -> None:
+    """SIGQUIT (kill -3), as a JVM's thread dump: what every asyncio task of the broker is waiting on, in its
+    log, without stopping it. The first thing to ask a broker that seems stuck."""
+    tasks = asyncio.all_tasks()
+    out = io.StringIO()
+    for task in sorted(tasks, key=lambda t: t.get_name()):
+        out.write(f"--- task {task.get_name()}\n")
+        task.print_stack(limit=12, file=out)
+    log.warning("SIGQUIT: %d asyncio tasks\n%s", len(tasks), out.getvalue())
+
+
 async def serve(config: BrokerConfig) -> None:
     broker = Broker(config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, broker.request_stop)
+    loop.add_signal_handler(signal.SIGQUIT, dump_tasks)
     try:
         await broker.start()
         await broker.serve_until_stopped()
