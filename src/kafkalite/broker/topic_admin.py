@@ -89,6 +89,37 @@ class TopicAdmin:
             except OSError as exc:
                 raise self.replicas.io_failed(info.name, p, exc) from exc
 
+    async def create_logs(self, wanted: list[tuple[str, int, dict[str, str], uuid.UUID | None]]) -> None:
+        """Make the missing logs of `wanted` (topic, partition, config overrides, topic id to write in its
+        partition.metadata) in chunks on worker threads,
+        as a creation does: what the controller's LeaderAndIsr hands this broker may be thousands of new
+        partitions. A failure is logged and left to the caller, which tries that partition again itself
+        and reports its error."""
+        missing = [w for w in wanted if self.logs.get_log(w[0], w[1]) is None and not self.logs.is_offline(w[0], w[1])]
+        if not missing:
+            return
+        loop = asyncio.get_running_loop()
+        if self._creator is None:
+            self._creator = ThreadPoolExecutor(CREATE_THREADS, thread_name_prefix="partition-creation")
+
+        def make(part: list[tuple[str, int, dict[str, str], uuid.UUID | None]]) -> None:
+            for topic, p, configs, topic_id in part:
+                try:
+                    lg = self.logs.get_or_create_log(topic, p, configs or None)
+                    if topic_id is not None:
+                        write_partition_topic_id(lg.dir, topic_id)
+                except (OSError, KafkaliteError) as exc:
+                    log.warning("Cannot create the log of %s-%d: %s", topic, p, exc)
+
+        self._reserved_partitions += len(missing)
+        try:
+            for lo in range(0, len(missing), CREATE_CHUNK):
+                chunk = missing[lo:lo + CREATE_CHUNK]
+                parts = [chunk[i::CREATE_THREADS] for i in range(CREATE_THREADS) if chunk[i::CREATE_THREADS]]
+                await asyncio.gather(*(loop.run_in_executor(self._creator, make, part) for part in parts))
+        finally:
+            self._reserved_partitions -= len(missing)
+
     def check_new_partitions(self, count: int) -> None:
         """Refuse, before anything is written, a request that would create more partitions than Kafka allows
         in one request or than the broker's open-file limit can keep open (POLICY_VIOLATION)."""
