@@ -459,9 +459,9 @@ class ClusterNode:
                 pass
             except KafkaliteError as exc:
                 return {**empty, "error_code": error_code_of(exc)}
-            # Kafka answers LEADER_NOT_AVAILABLE at once; waiting a moment for the leaders (the controller of
-            # a single broker is itself) lets the first Metadata show the new topic, as kafkalite always did
-            if not await self._wait_for(lambda: name in self.cache.topics, AUTO_CREATE_WAIT_MS):
+            # Kafka answers LEADER_NOT_AVAILABLE at once (so does a cluster here); a single broker, its own
+            # controller, waits a moment for the leaders so its first Metadata shows the topic, as it always did
+            if not await self._wait_for(lambda: name in self.cache.topics, AUTO_CREATE_WAIT_MS if self.single else 0):
                 return {**empty, "error_code": E.LEADER_NOT_AVAILABLE}
             return await self._topic_metadata(name, False)
         parts = []
