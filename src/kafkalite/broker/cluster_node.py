@@ -600,6 +600,13 @@ class ClusterNode:
                         res.update(error_code=E.REQUEST_TIMED_OUT, error_message="The topic was created in "
                                    "the cluster store but its leaders were not known within timeout_ms")
             self._report_local_failures(results, {a.topic: range(len(a.partitions)) for a in created})
+        # A topic another request is creating exists (TOPIC_ALREADY_EXISTS) before this broker's metadata
+        # lists it; answering once it does spares the client a Metadata that says UNKNOWN_TOPIC_OR_PARTITION
+        # (several writers of a Spark job create their topic at once).
+        pending = [r["name"] for r in results if r["error_code"] == E.TOPIC_ALREADY_EXISTS
+                   and r["name"] not in self.cache.topics]
+        if pending:
+            await self._wait_for(lambda: all(n in self.cache.topics for n in pending), timeout_ms)
         return {"throttle_time_ms": 0, "topics": results}
 
     def _report_local_failures(self, results: list[dict[str, Any]], partitions: dict[str, range]) -> None:
