@@ -272,10 +272,9 @@ class ClusterNode:
         topics_out = []
         flat_out = []
         for name, topic_id, states in grouped:
-            errors = []
-            for s in states:
-                code = await self._become(name, topic_id, s)
-                errors.append({"topic_name": name, "partition_index": s["partition_index"], "error_code": code})
+            codes = await self._become(name, topic_id, states)
+            errors = [{"topic_name": name, "partition_index": s["partition_index"], "error_code": code}
+                      for s, code in zip(states, codes, strict=True)]
             flat_out += errors
             topics_out.append({"topic_id": topic_id or uuid.UUID(int=0), "partition_errors": errors})
         return {"error_code": E.NONE, "partition_errors": flat_out, "topics": topics_out}
@@ -300,7 +299,32 @@ class ClusterNode:
         part = self.replicas.partitions.get((topic, p))
         return part.leader_epoch if part is not None else -1
 
-    async def _become(self, topic: str, topic_id: uuid.UUID | None, s: dict[str, Any]) -> int:
+    async def _become(self, topic: str, topic_id: uuid.UUID | None, states: list[dict[str, Any]]) -> list[int]:
+        """LeaderAndIsr for one topic's partitions: the checks on the event loop, then every accepted
+        partition's _ensure_local, in order, in one worker-thread call (a thread hop per partition made a
+        start-up with thousands of partitions half a second slower), then the leadership callbacks."""
+        codes: list[int] = []
+        accepted: list[int] = []  # indexes into states
+        for i, s in enumerate(states):
+            code = self._check_become(topic, topic_id, s)
+            codes.append(E.NONE if code is None else code)
+            if code is None:
+                accepted.append(i)
+        if not accepted:
+            return codes
+        outcomes: list[BaseException | None]
+        try:
+            configs = await self.store.topic_config(topic)
+            outcomes = await asyncio.to_thread(self._ensure_each, topic, topic_id, configs,
+                                               [states[i] for i in accepted])
+        except KafkaliteError as exc:
+            outcomes = [exc] * len(accepted)
+        for i, failed in zip(accepted, outcomes, strict=True):
+            codes[i] = self._became(topic, states[i], failed)
+        return codes
+
+    def _check_become(self, topic: str, topic_id: uuid.UUID | None, s: dict[str, Any]) -> int | None:
+        """The error of a partition state this broker must not apply, None to apply it."""
         p = s["partition_index"]
         if self.node_id not in s["replicas"]:
             return E.UNKNOWN_TOPIC_OR_PARTITION
@@ -311,19 +335,31 @@ class ClusterNode:
             if not any(t == topic for t, _p in self.replicas.partitions) and \
                     not any(lg.topic == topic for lg in self.replicas.logs.all_logs()):
                 self.replicas.metadata.remove(topic)  # a stale registration without logs: a recreated topic
-                info = None
             else:
                 return E.INCONSISTENT_TOPIC_ID
-        try:
-            configs = await self.store.topic_config(topic)
-            await asyncio.to_thread(self._ensure_local, topic, topic_id, p, configs, s)
-        except (KafkaliteError, OSError) as exc:
-            log.error("Cannot host %s-%d: %s", topic, p, exc)
-            self.local_failures[(topic, p)] = (error_code_of(exc) if isinstance(exc, KafkaliteError)
-                                               else E.KAFKA_STORAGE_ERROR, f"{topic}-{p}: {exc}")
+        return None
+
+    def _ensure_each(self, topic: str, topic_id: uuid.UUID | None, configs: dict[str, str],
+                     states: list[dict[str, Any]]) -> list[BaseException | None]:
+        """_ensure_local for each state in order (on a worker thread); each one's failure, or None."""
+        out: list[BaseException | None] = []
+        for s in states:
+            try:
+                self._ensure_local(topic, topic_id, s["partition_index"], configs, s)
+                out.append(None)
+            except (KafkaliteError, OSError) as exc:
+                out.append(exc)
+        return out
+
+    def _became(self, topic: str, s: dict[str, Any], failed: BaseException | None) -> int:
+        p = s["partition_index"]
+        if failed is not None:
+            log.error("Cannot host %s-%d: %s", topic, p, failed)
+            code = error_code_of(failed) if isinstance(failed, KafkaliteError) else E.KAFKA_STORAGE_ERROR
+            self.local_failures[(topic, p)] = (code, f"{topic}-{p}: {failed}")
             if topic == OFFSETS_TOPIC and self.offsets_leadership is not None:
                 self.offsets_leadership.on_resignation(p, s["leader_epoch"])
-            return error_code_of(exc) if isinstance(exc, KafkaliteError) else E.KAFKA_STORAGE_ERROR
+            return code
         self.local_failures.pop((topic, p), None)
         if topic == OFFSETS_TOPIC and self.offsets_leadership is not None:
             if s["leader"] == self.node_id:
