@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 
-from kafkalite.broker.metadata import MetadataStore
+from kafkalite.broker.metadata import MetadataStore, write_partition_topic_id
+from kafkalite.client import KafkaClient
 from kafkalite.cluster import znodes as z
 from kafkalite.cluster.local_store import METADATA_FILE, LocalStore
+from kafkalite.manager.log_manager import LogManager
+from kafkalite.protocol import ApiKey
+from kafkalite.records import SimpleRecord, build_batch
+from tests.support.brokers import BrokerProcess
 
 
 def run(coro):
@@ -105,3 +111,36 @@ def test_update_isr_is_a_compare_and_set_that_leaves_a_notification(tmp_path):
         finally:
             await s.close()
     run(main())
+
+
+def test_a_broker_opens_a_data_dir_of_the_single_broker_file_unchanged(tmp_path):
+    """`kafkalite serve` without zookeeper.connect runs the controller over this store: a data dir written by
+    the single-broker code (MetadataStore's file, logs led at epoch 4) serves the same topic, id, configs and
+    leader epochs (not restarted at 0, which would rewrite the logs' epoch history), and stays readable."""
+    data = tmp_path / "data"
+    data.mkdir()
+    info = MetadataStore(data).add("old", 2, {"retention.ms": "3600000"})
+    with LogManager(data) as m:
+        for p in range(2):
+            lg = m.get_or_create_log("old", p)
+            lg.append_as_leader(build_batch([SimpleRecord(None, b"old", timestamp=int(time.time() * 1000))]),
+                                leader_epoch=4)
+            write_partition_topic_id(lg.dir, info.topic_id)
+    b = BrokerProcess(data).start()
+    try:
+        with KafkaClient(b.bootstrap, timeout_s=30) as c:
+            (t,) = c.metadata(["old"])["topics"]
+            assert t["error_code"] == 0 and t["topic_id"] == info.topic_id, t
+            assert [(p["leader_id"], p["leader_epoch"]) for p in t["partitions"]] == [(1, 4), (1, 4)], t
+            batch = build_batch([SimpleRecord(None, b"v", timestamp=int(time.time() * 1000))])
+            assert c.produce("old", 1, batch)["error_code"] == 0
+            res = c.request(ApiKey.DESCRIBE_CONFIGS, {"resources": [
+                {"resource_type": 2, "resource_name": "old", "configuration_keys": ["retention.ms"]}]})["results"]
+            assert [(e["name"], e["value"]) for e in res[0]["configs"]] == [("retention.ms", "3600000")], res
+            assert c.request(ApiKey.DESCRIBE_CLUSTER, {})["controller_id"] == 1  # its own controller
+    finally:
+        assert b.stop() == 0, b.output()
+    again = MetadataStore(data)  # an older kafkalite reads the file the broker rewrote
+    assert (again.topics["old"].topic_id, again.topics["old"].partitions, again.topics["old"].configs) == \
+        (info.topic_id, 2, {"retention.ms": "3600000"})
+    assert "znodes" in json.loads((data / METADATA_FILE).read_bytes())

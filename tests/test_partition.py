@@ -168,15 +168,14 @@ def broker_parts(tmp_path: Path):
     lm = LogManager(cfg.log_dirs, cfg.log_config(), cfg.manager_config())
     rm = ReplicaManager(cfg, lm, MetadataStore(lm.dirs[0].path))
     admin = TopicAdmin(rm)
-    admin.startup()
-    rm.startup()
     yield rm, admin
     lm.shutdown()
 
 
 def test_replica_manager_routes_produce_and_reads_through_the_partition(broker_parts) -> None:
-    rm, admin = broker_parts
-    admin.create_topic("orders", 2, {})
+    rm, _admin = broker_parts
+    for p in range(2):  # what single-broker mode made of a new log before it ran the controller
+        rm.lead_locally(rm.logs.get_or_create_log("orders", p))
     assert set(rm.partitions) == {("orders", 0), ("orders", 1)}
     part = rm.partitions[("orders", 0)]
     assert (part.leader_epoch, part.isr, part.replicas) == (0, [NODE], [NODE])
@@ -196,7 +195,8 @@ def test_replica_manager_routes_produce_and_reads_through_the_partition(broker_p
     got = rm.list_offset("orders", 0, -1, isolation=FetchIsolation.HIGH_WATERMARK, current_leader_epoch=2)
     assert (got["error_code"], got["offset"], got["leader_epoch"]) == (0, 3, 2)
 
-    admin.delete_topic("orders")
+    for p in range(2):
+        rm.remove_partition("orders", p)
     assert not rm.partitions
 
 

@@ -11,20 +11,17 @@ import asyncio
 import logging
 import re
 import shutil
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kafkalite.broker.config import BrokerConfig
-from kafkalite.broker.metadata import validate_topic_name
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
-from kafkalite.broker.topic_admin import MAX_PARTITIONS_PER_REQUEST, TopicAdmin
+from kafkalite.broker.topic_admin import TopicAdmin
 from kafkalite.coordinator.coordinator import GROUP_API_KEYS, GroupCoordinator
 from kafkalite.errors import (
     InvalidConfigError,
     InvalidRequestError,
     KafkaliteError,
-    PolicyViolationError,
     UnknownTopicOrPartitionError,
 )
 from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode, RequestHeader
@@ -50,6 +47,9 @@ KIP848_UNSUPPORTED = ("the consumer group protocol of KIP-848 (group.protocol=co
                       "kafkalite; use group.protocol=classic")
 
 Handler = Callable[[RequestHeader, dict[str, Any], str], Awaitable[dict[str, Any] | None]]
+# Answered while the broker is still starting: the controller's requests (in single-broker mode this broker's
+# own controller sends them during start-up) and ApiVersions; every other request waits for `ready`.
+STARTUP_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.STOP_REPLICA})
 
 
 class CloseConnection(Exception):
@@ -64,23 +64,20 @@ class KafkaApis:
         self.admin = admin if admin is not None else TopicAdmin(replicas)
         self.coordinator = coordinator
         self.node_id = config.node_id
-        self._offsets_topic_ready = False
+        # Set once the broker's cluster part is installed and has its first metadata (Kafka enables request
+        # processing at the end of its start-up likewise): a client connecting early waits, not misled.
+        self.ready = asyncio.Event()
         self._handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: self.api_versions,
-            ApiKey.METADATA: self.metadata,
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
             ApiKey.LIST_OFFSETS: self.list_offsets,
-            ApiKey.CREATE_TOPICS: self.create_topics,
-            ApiKey.DELETE_TOPICS: self.delete_topics,
-            ApiKey.CREATE_PARTITIONS: self.create_partitions,
             ApiKey.DELETE_RECORDS: self.delete_records,
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
             ApiKey.ALTER_CONFIGS: self.alter_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
-            ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
             ApiKey.DESCRIBE_LOG_DIRS: self.describe_log_dirs,
         }
@@ -99,6 +96,8 @@ class KafkaApis:
         return api_key in self._handlers
 
     async def handle(self, header: RequestHeader, body: dict[str, Any], client_host: str) -> dict[str, Any] | None:
+        if not self.ready.is_set() and header.api_key not in STARTUP_APIS:
+            await self.ready.wait()
         return await self._handlers[header.api_key](header, body, client_host)
 
     # --- cluster ----------------------------------------------------------------------------------
@@ -121,70 +120,8 @@ class KafkaApis:
                 return {"error_code": E.INVALID_REQUEST, "api_keys": keys, "throttle_time_ms": 0}
         return {"error_code": E.NONE, "api_keys": keys, "throttle_time_ms": 0}
 
-    async def describe_cluster(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
-        host, port = self._endpoint()
-        out = {"throttle_time_ms": 0, "error_code": E.NONE, "error_message": None, "endpoint_type": 1,
-               "cluster_id": self.cluster_id(), "controller_id": self.node_id,
-               "brokers": [{"broker_id": self.node_id, "host": host, "port": port, "rack": self._rack()}],
-               "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED}
-        if body.get("endpoint_type", 1) != 1:
-            out.update(error_code=E.UNSUPPORTED_ENDPOINT_TYPE, brokers=[],
-                       error_message="kafkalite has no separate controller endpoints")
-        return out
-
     def _rack(self) -> str | None:
         return self.config.get("broker.rack") or None
-
-    async def metadata(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
-        v = h.api_version
-        requested = body.get("topics")
-        store = self.replicas.metadata
-        if requested is None or (v == 0 and not requested):
-            wanted: list[tuple[str | None, Any]] = [(name, None) for name in sorted(store.topics)]
-        else:
-            wanted = [(t.get("name"), t.get("topic_id")) for t in requested]
-        auto_create = self.config.get("auto.create.topics.enable") and body.get("allow_auto_topic_creation", True)
-        topics = []
-        for name, topic_id in wanted:
-            if name is None:
-                info = store.by_id(topic_id) if topic_id else None
-                if info is None:
-                    topics.append({"error_code": E.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id,
-                                   "partitions": []})
-                    continue
-                name = info.name
-            topics.append(self._topic_metadata(name, auto_create and requested is not None))
-        host, port = self._endpoint()
-        return {"throttle_time_ms": 0, "cluster_id": self.cluster_id(), "controller_id": self.node_id,
-                "brokers": [{"node_id": self.node_id, "host": host, "port": port, "rack": self._rack()}],
-                "topics": topics, "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED, "error_code": E.NONE}
-
-    def _topic_metadata(self, name: str, auto_create: bool) -> dict[str, Any]:
-        store = self.replicas.metadata
-        info = store.get(name)
-        if info is None and auto_create:
-            try:
-                validate_topic_name(name)
-                info = self.admin.create_topic(name, self.config.get("num.partitions"), {})
-            except KafkaliteError as exc:
-                return {"error_code": error_code_of(exc), "name": name, "topic_id": uuid.UUID(int=0),
-                        "is_internal": False, "partitions": []}
-        if info is None:
-            return {"error_code": UnknownTopicOrPartitionError.error_code, "name": name,
-                    "topic_id": uuid.UUID(int=0), "is_internal": False, "partitions": []}
-        parts = []
-        for p in range(info.partitions):
-            lg = self.replicas.logs.get_log(name, p)
-            if lg is None:
-                parts.append({"error_code": E.LEADER_NOT_AVAILABLE, "partition_index": p, "leader_id": -1,
-                              "leader_epoch": -1, "replica_nodes": [self.node_id], "isr_nodes": [],
-                              "offline_replicas": [self.node_id]})
-            else:
-                parts.append({"error_code": E.NONE, "partition_index": p, "leader_id": self.node_id,
-                              "leader_epoch": self.replicas.leader_epoch(lg), "replica_nodes": [self.node_id],
-                              "isr_nodes": [self.node_id], "offline_replicas": []})
-        return {"error_code": E.NONE, "name": name, "topic_id": info.topic_id, "is_internal": info.internal,
-                "partitions": parts, "topic_authorized_operations": AUTHORIZED_OPS_OMITTED}
 
     # --- produce and fetch ------------------------------------------------------------------------
 
@@ -334,127 +271,6 @@ class KafkaApis:
                         "is_default": source == SOURCE_DEFAULT, "is_sensitive": False, "synonyms": [],
                         "config_type": CONFIG_TYPES.get(d.kind, 0), "documentation": d.doc})
         return out
-
-    async def create_topics(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
-        validate_only = body.get("validate_only", False)
-        requested = body.get("topics", [])
-        names = [t["name"] for t in requested]
-        results = []
-        # Kafka checks the whole request first (validateTotalNumberOfPartitions): too many partitions fail
-        # every topic of it with POLICY_VIOLATION, before anything is created.
-        total = 0
-        for t in requested:
-            n = len(t.get("assignments") or []) or t.get("num_partitions", -1)
-            total += self.config.get("num.partitions") if n == -1 else max(0, n)
-        try:
-            self.admin.check_new_partitions(total)
-        except KafkaliteError as exc:
-            return {"throttle_time_ms": 0, "topics": [
-                {"name": t["name"], "topic_id": uuid.UUID(int=0), "error_code": error_code_of(exc),
-                 "error_message": str(exc), "num_partitions": -1, "replication_factor": -1, "configs": []}
-                for t in requested]}
-        for t in requested:
-            name = t["name"]
-            res: dict[str, Any] = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": E.NONE,
-                                   "error_message": None, "num_partitions": -1, "replication_factor": -1,
-                                   "configs": []}
-            try:
-                if names.count(name) > 1:
-                    raise InvalidRequestError(f"Create topics request from client contains a duplicate topic: {name}")
-                partitions = t.get("num_partitions", -1)
-                rf = t.get("replication_factor", -1)
-                assignments = t.get("assignments") or []
-                if assignments:
-                    if partitions != -1 or rf != -1:
-                        raise InvalidRequestError("Both numPartitions or replicationFactor and replicasAssignments "
-                                                  "were set. Both cannot be used at the same time.")
-                    for a in assignments:
-                        if list(a.get("broker_ids", [])) != [self.node_id]:
-                            res.update(error_code=E.INVALID_REPLICA_ASSIGNMENT,
-                                       error_message=f"replica assignment {a.get('broker_ids')} names brokers "
-                                                     f"other than the only one, {self.node_id}")
-                            break
-                    if res["error_code"]:
-                        results.append(res)
-                        continue
-                    partitions = len(assignments)
-                if partitions == -1:
-                    partitions = self.config.get("num.partitions")
-                if rf == -1:
-                    rf = self.config.get("default.replication.factor")
-                if rf <= 0 or rf > 1:
-                    res.update(error_code=E.INVALID_REPLICATION_FACTOR,
-                               error_message=f"Unable to replicate the partition {rf} time(s): The target "
-                                             f"replication factor of {rf} cannot be reached because only 1 "
-                                             "broker(s) are registered.")
-                    results.append(res)
-                    continue
-                configs = {c["name"]: c["value"] for c in t.get("configs", []) if c.get("value") is not None}
-                info = await self.admin.create_topic_async(name, partitions, configs, validate_only, checked=True)
-                res.update(topic_id=info.topic_id if not validate_only else uuid.UUID(int=0),
-                           num_partitions=partitions, replication_factor=rf,
-                           configs=[{k: c[k] for k in ("name", "value", "read_only", "config_source",
-                                                         "is_sensitive")}
-                                    for c in self._topic_config_entries(name)] if not validate_only else [])
-            except KafkaliteError as exc:
-                res.update(error_code=error_code_of(exc), error_message=str(exc))
-            results.append(res)
-        return {"throttle_time_ms": 0, "topics": results}
-
-    async def delete_topics(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
-        if h.api_version >= 6:
-            wanted = [(t.get("name"), t.get("topic_id")) for t in body.get("topics", [])]
-        else:
-            wanted = [(n, None) for n in body.get("topic_names", [])]
-        store = self.replicas.metadata
-        results = []
-        for name, topic_id in wanted:
-            res: dict[str, Any] = {"name": name, "topic_id": topic_id or uuid.UUID(int=0), "error_code": E.NONE,
-                                   "error_message": None}
-            if not self.config.get("delete.topic.enable"):
-                res.update(error_code=E.TOPIC_DELETION_DISABLED, error_message="Topic deletion is disabled.")
-                results.append(res)
-                continue
-            if name is None:
-                info = store.by_id(topic_id) if topic_id and topic_id.int else None
-                if info is None:
-                    res.update(error_code=E.UNKNOWN_TOPIC_ID, error_message="This server does not host this topic ID.")
-                    results.append(res)
-                    continue
-                name = info.name
-                res["name"] = name
-            try:
-                info = self.admin.delete_topic(name)
-                res["topic_id"] = info.topic_id
-            except KafkaliteError as exc:
-                res.update(error_code=error_code_of(exc), error_message=str(exc))
-            results.append(res)
-        return {"throttle_time_ms": 0, "responses": results}
-
-    async def create_partitions(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
-        results = []
-        store = self.replicas.metadata
-        total = sum(max(0, t["count"] - (store.topics[t["name"]].partitions if t["name"] in store.topics else 0))
-                    for t in body.get("topics", []))
-        if total > MAX_PARTITIONS_PER_REQUEST:  # each topic still checks the open-file limit for itself
-            exc = PolicyViolationError(f"Excessively large number of partitions per request: {total} new "
-                                       f"partitions requested, at most {MAX_PARTITIONS_PER_REQUEST} may be created "
-                                       "by one request (Kafka's limit); split it into several requests")
-            return {"throttle_time_ms": 0, "results": [
-                {"name": t["name"], "error_code": exc.error_code, "error_message": str(exc)}
-                for t in body.get("topics", [])]}
-        for t in body.get("topics", []):
-            res: dict[str, Any] = {"name": t["name"], "error_code": E.NONE, "error_message": None}
-            try:
-                for a in t.get("assignments") or []:
-                    if list(a.get("broker_ids", [])) != [self.node_id]:
-                        raise InvalidRequestError(f"replica assignment {a.get('broker_ids')} names brokers other "
-                                                  f"than the only one, {self.node_id}")
-                await self.admin.create_partitions_async(t["name"], t["count"], body.get("validate_only", False))
-            except KafkaliteError as exc:
-                res.update(error_code=error_code_of(exc), error_message=str(exc))
-            results.append(res)
-        return {"throttle_time_ms": 0, "results": results}
 
     # --- configs ----------------------------------------------------------------------------------
 
@@ -640,12 +456,6 @@ class KafkaApis:
             keys = body.get("coordinator_keys", []) if h.api_version >= 4 else [body.get("key", "")]
             log.warning("Refused FindCoordinator for transactional ids %s from client %s: %s", keys, h.client_id,
                         TRANSACTIONS_UNSUPPORTED)
-        if key_type == 0 and not self._offsets_topic_ready:
-            # Kafka creates __consumer_offsets on the first FindCoordinator for a group.
-            assert self.coordinator is not None  # this handler is registered only with a coordinator (__init__)
-            self.coordinator.ensure_offsets_topic()
-            self.admin.adopt_logs()
-            self._offsets_topic_ready = True
         if h.api_version >= 4:
             return {"throttle_time_ms": 0,
                     "coordinators": [one(k, key_type) for k in body.get("coordinator_keys", [])]}

@@ -35,12 +35,13 @@ from kafkalite.broker.metadata import INTERNAL_TOPICS, validate_topic_name, writ
 from kafkalite.broker.partition import Partition
 from kafkalite.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
+from kafkalite.broker.topic_admin import MAX_PARTITIONS_PER_REQUEST
 from kafkalite.cluster import znodes as z
 from kafkalite.cluster.assignment import assign_replicas
 from kafkalite.cluster.channel import request_once
 from kafkalite.cluster.controller import Controller, ControllerSettings, TopicPartition
 from kafkalite.cluster.metadata_cache import MetadataCache
-from kafkalite.cluster.zk_store import ZkStore
+from kafkalite.cluster.store import ClusterStore
 from kafkalite.coordinator.config import coordinator_key_partition
 from kafkalite.coordinator.coordinator import GROUP_API_KEYS, error_response, request_groups
 from kafkalite.coordinator.errors import Errors
@@ -50,6 +51,8 @@ from kafkalite.errors import (
     InvalidRequestError,
     InvalidTopicError,
     KafkaliteError,
+    KafkaStorageError,
+    PolicyViolationError,
     StaleBrokerEpochError,
     StaleControllerEpochError,
     TopicAlreadyExistsError,
@@ -67,6 +70,8 @@ RESOURCE_TOPIC = 2
 OP_SET, OP_DELETE = 0, 1
 WAIT_STEP_S = 0.05
 METADATA_ANSWERS_KEPT = 256  # distinct Metadata questions whose encoded answers are kept
+AUTO_CREATE_WAIT_MS = 1000  # how long a Metadata request that auto-creates a topic waits for its leaders
+OFFSETS_TOPIC_WAIT_MS = 5000  # how long the FindCoordinator that creates __consumer_offsets waits for it
 
 
 class OffsetsLeadership(Protocol):
@@ -85,14 +90,16 @@ def _operations_settings(config: BrokerConfig) -> dict[str, Any]:
 
 
 class ClusterNode:
-    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, apis: KafkaApis) -> None:
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, apis: KafkaApis, store: ClusterStore) -> None:
         self.config = config
         self.replicas = replicas
         self.apis = apis
         self.offsets_leadership: OffsetsLeadership | None = apis.coordinator
         self.node_id = config.node_id
-        self.store = ZkStore(config.get("zookeeper.connect"), config.get("zookeeper.session.timeout.ms"),
-                             config.get("zookeeper.connection.timeout.ms"))
+        # ZooKeeper (zookeeper.connect set) or, for a single broker, cluster/local_store.py: the same code runs
+        self.store = store
+        self.single = not config.get("zookeeper.connect")
+        self.local_failures: dict[tuple[str, int], tuple[int, str]] = {}  # partitions LeaderAndIsr could not host
         adv = config.advertised()[0]
         self.listener = adv.name
         self.registration = z.BrokerRegistration(
@@ -103,7 +110,7 @@ class ClusterNode:
                                      ControllerSettings(config.get("unclean.leader.election.enable"),
                                                         config.inter_broker_listener().name,
                                                         **_operations_settings(config)),
-                                     topic_unclean=self._topic_unclean)
+                                     topic_unclean=self._topic_unclean, initial_epoch=self._initial_epoch)
         self.broker_epoch = -1
         self._pid_block: z.ProducerIdBlock | None = None
         self._next_pid = 0
@@ -134,6 +141,7 @@ class ClusterNode:
         # Roles come from the controller's LeaderAndIsr, not from holding a log (single-broker mode's rule).
         self.replicas.leads_all_local_logs = False
         self.replicas.partitions.clear()
+        self._install()  # first: client requests wait for the broker's start-up (KafkaApis.ready), not longer
         await self.store.start()
         local = self.apis.cluster_id()
         cluster_id = await self.store.get_or_create_cluster_id(local)
@@ -141,8 +149,10 @@ class ClusterNode:
             raise KafkaliteError(f"The cluster id {cluster_id} in ZooKeeper ({self.store.connect}/cluster/id) does "
                                  f"not match the cluster id {local} of this broker's data directories "
                                  "(meta.properties): this broker belongs to another cluster")
+        if self.single:
+            await self._register_local_topics()
         self.broker_epoch = await self.store.register_broker(self.registration)
-        log.info("Registered broker %d in ZooKeeper %s with broker epoch %d", self.node_id, self.store.connect,
+        log.info("Registered broker %d in %s with broker epoch %d", self.node_id, self.store.connect,
                  self.broker_epoch)
         self.store.on_session_lost = self._session_lost
         self.store.on_session_restored = self._session_restored
@@ -152,9 +162,56 @@ class ClusterNode:
         self.replicas.broker_alive = lambda b: b in self.cache.brokers
         self._isr_expiration = asyncio.get_running_loop().create_task(
             self.replicas.run_isr_expiration(self._stopping), name="isr-expiration")
-        self._install()
         self.store.watch_children(z.CONFIG_CHANGES, self._on_config_changes)
         await self._sync_local_configs()
+        if self.single:
+            await self._wait_for_own_controller()
+
+    async def _register_local_topics(self) -> None:
+        """Single-broker mode: topics found only in the data dirs (adopted at start-up from another writer,
+        or partitions beyond the registered count) are registered in the store, led by this broker."""
+        for name, info in sorted(self.replicas.metadata.topics.items()):
+            a = await self.store.topic_assignment(name)
+            if a is None:
+                await self.store.create_topic(z.TopicAssignment(
+                    name, info.topic_id, {p: [self.node_id] for p in range(info.partitions)}), info.configs)
+            elif len(a.partitions) < info.partitions:
+                grown = {p: [self.node_id] for p in range(len(a.partitions), info.partitions)}
+                await self.store.add_partitions(z.TopicAssignment(name, a.topic_id, {**a.partitions, **grown}),
+                                                len(a.partitions))
+
+    def _initial_epoch(self, tp: tuple[str, int]) -> int:
+        """A partition's first leader epoch: past what its local log recorded (a data dir from before this
+        broker ran the controller, whose logs carry the epochs they were led at), else 0."""
+        lg = self.replicas.logs.get_log(*tp)
+        latest = lg.latest_epoch if lg is not None else None
+        return latest if latest is not None and latest > 0 else 0
+
+    async def _wait_for_own_controller(self, timeout_s: float = 300.0) -> None:
+        """Single-broker mode: this broker is its own controller; start-up ends once the failover's
+        LeaderAndIsr and UpdateMetadata were applied, so the first client finds every partition led. A
+        request queued behind them on the controller's channel to this broker tells when."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not self.controller.active:
+            if loop.time() > deadline:
+                raise KafkaliteError(f"broker {self.node_id} did not become its own controller within "
+                                     f"{timeout_s:g} s")
+            await asyncio.sleep(0.01)
+        done: asyncio.Future[None] = loop.create_future()
+
+        def answered(_broker: int, _body: dict[str, Any]) -> None:
+            if not done.done():
+                done.set_result(None)
+
+        async def marker() -> None:  # runs after the failover's event: its requests are queued before ours
+            self.controller.channels.send(self.node_id, ApiKey.API_VERSIONS, 0, {}, answered)
+        self.controller.enqueue(marker)
+        try:
+            await asyncio.wait_for(done, max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            log.warning("Broker %d: its controller's requests were not applied within %g s; serving anyway",
+                        self.node_id, timeout_s)
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -238,22 +295,73 @@ class ClusterNode:
         grouped = [(t["topic_name"], t.get("topic_id"), t["partition_states"]) for t in body.get("topic_states", [])]
         for s in body.get("ungrouped_partition_states", []):
             grouped.append((s["topic_name"], None, [s]))
+        await self._create_missing_logs(grouped)
         topics_out = []
         flat_out = []
         for name, topic_id, states in grouped:
-            errors = []
-            for s in states:
-                code = await self._become(name, topic_id, s)
-                errors.append({"topic_name": name, "partition_index": s["partition_index"], "error_code": code})
+            codes = await self._become(name, topic_id, states)
+            errors = [{"topic_name": name, "partition_index": s["partition_index"], "error_code": code}
+                      for s, code in zip(states, codes, strict=True)]
             flat_out += errors
             topics_out.append({"topic_id": topic_id or uuid.UUID(int=0), "partition_errors": errors})
         return {"error_code": E.NONE, "partition_errors": flat_out, "topics": topics_out}
+
+    async def _create_missing_logs(self, grouped: list[tuple[str, Any, list[dict[str, Any]]]]) -> None:
+        """New partitions of a LeaderAndIsr (a topic creation: thousands, perhaps) get their logs in chunks on
+        worker threads (TopicAdmin.create_logs), keeping the event loop serving; _become then finds them."""
+        wanted: list[tuple[str, int, dict[str, str], uuid.UUID | None]] = []
+        configs: dict[str, dict[str, str]] = {}
+        for name, topic_id, states in grouped:
+            for s in states:
+                p = s["partition_index"]
+                if self.node_id in s["replicas"] and self.replicas.logs.get_log(name, p) is None:
+                    if name not in configs:
+                        configs[name] = await self.store.topic_config(name)
+                    wanted.append((name, p, configs[name], topic_id if topic_id is not None and topic_id.int
+                                   else None))
+        if wanted:
+            await self.apis.admin.create_logs(wanted)
 
     def _local_epoch(self, topic: str, p: int) -> int:
         part = self.replicas.partitions.get((topic, p))
         return part.leader_epoch if part is not None else -1
 
-    async def _become(self, topic: str, topic_id: uuid.UUID | None, s: dict[str, Any]) -> int:
+    async def _become(self, topic: str, topic_id: uuid.UUID | None, states: list[dict[str, Any]]) -> list[int]:
+        """LeaderAndIsr for one topic's partitions: the checks on the event loop, then every accepted
+        partition's _ensure_local, in order, in one worker-thread call (a thread hop per partition made a
+        start-up with thousands of partitions half a second slower), then the leadership callbacks."""
+        codes: list[int] = []
+        accepted: list[int] = []  # indexes into states
+        for i, s in enumerate(states):
+            code = self._check_become(topic, topic_id, s)
+            codes.append(E.NONE if code is None else code)
+            if code is None:
+                accepted.append(i)
+        if not accepted:
+            return codes
+        outcomes: list[Partition | BaseException]
+        for i in accepted:  # before the role changes (Kafka's order): no follower append races them
+            self.fetchers.remove_partition(topic, states[i]["partition_index"])
+        try:
+            configs = await self.store.topic_config(topic)
+            outcomes = await asyncio.to_thread(self._ensure_each, topic, topic_id, configs,
+                                               [states[i] for i in accepted])
+        except KafkaliteError as exc:
+            outcomes = [exc] * len(accepted)
+        for i, got in zip(accepted, outcomes, strict=True):
+            s = states[i]
+            if isinstance(got, BaseException):
+                codes[i] = self._became(topic, s, got)
+                continue
+            self._apply_role(got, s)  # on the loop (see there)
+            self.replicas.purgatory.wake((topic, s["partition_index"]))  # waiting produces see the new role
+            if s["leader"] != self.node_id:
+                self.fetchers.add_partition(got)
+            codes[i] = self._became(topic, s, None)
+        return codes
+
+    def _check_become(self, topic: str, topic_id: uuid.UUID | None, s: dict[str, Any]) -> int | None:
+        """The error of a partition state this broker must not apply, None to apply it."""
         p = s["partition_index"]
         if self.node_id not in s["replicas"]:
             return E.UNKNOWN_TOPIC_OR_PARTITION
@@ -264,22 +372,31 @@ class ClusterNode:
             if not any(t == topic for t, _p in self.replicas.partitions) and \
                     not any(lg.topic == topic for lg in self.replicas.logs.all_logs()):
                 self.replicas.metadata.remove(topic)  # a stale registration without logs: a recreated topic
-                info = None
             else:
                 return E.INCONSISTENT_TOPIC_ID
-        try:
-            configs = await self.store.topic_config(topic)
-            self.fetchers.remove_partition(topic, p)  # before the role changes off the loop (Kafka's order)
-            part = await asyncio.to_thread(self._ensure_local, topic, topic_id, p, configs)
-            self._apply_role(part, s)
-            self.replicas.purgatory.wake((topic, p))  # waiting produces see the new role
-            if s["leader"] != self.node_id:
-                self.fetchers.add_partition(self.replicas.partitions[(topic, p)])
-        except (KafkaliteError, OSError) as exc:
-            log.error("Cannot host %s-%d: %s", topic, p, exc)
+        return None
+
+    def _ensure_each(self, topic: str, topic_id: uuid.UUID | None, configs: dict[str, str],
+                     states: list[dict[str, Any]]) -> list[Partition | BaseException]:
+        """_ensure_local for each state in order (on a worker thread); each one's Partition or failure."""
+        out: list[Partition | BaseException] = []
+        for s in states:
+            try:
+                out.append(self._ensure_local(topic, topic_id, s["partition_index"], configs))
+            except (KafkaliteError, OSError) as exc:
+                out.append(exc)
+        return out
+
+    def _became(self, topic: str, s: dict[str, Any], failed: BaseException | None) -> int:
+        p = s["partition_index"]
+        if failed is not None:
+            log.error("Cannot host %s-%d: %s", topic, p, failed)
+            code = error_code_of(failed) if isinstance(failed, KafkaliteError) else E.KAFKA_STORAGE_ERROR
+            self.local_failures[(topic, p)] = (code, f"{topic}-{p}: {failed}")
             if topic == OFFSETS_TOPIC and self.offsets_leadership is not None:
                 self.offsets_leadership.on_resignation(p, s["leader_epoch"])
-            return error_code_of(exc) if isinstance(exc, KafkaliteError) else E.KAFKA_STORAGE_ERROR
+            return code
+        self.local_failures.pop((topic, p), None)
         if topic == OFFSETS_TOPIC and self.offsets_leadership is not None:
             if s["leader"] == self.node_id:
                 self.offsets_leadership.on_election(p, s["leader_epoch"])
@@ -299,6 +416,8 @@ class ClusterNode:
                 self.replicas.logs.update_topic_config(topic, configs)
         elif info.partitions <= p:
             md.set_partitions(topic, p + 1)
+        if self.replicas.logs.is_offline(topic, p):
+            raise KafkaStorageError(f"the log dir of {topic}-{p} is offline")
         lg = self.replicas.logs.get_log(topic, p) or self.replicas.logs.get_or_create_log(topic, p, configs or None)
         write_partition_topic_id(lg.dir, info.topic_id)
         part = self.replicas.partitions.get((topic, p))
@@ -416,8 +535,8 @@ class ClusterNode:
         serving, ask the current controller to move this broker's leaderships to other in-sync replicas, up to
         controlled.shutdown.max.retries times, controlled.shutdown.retry.backoff.ms apart, until it says none
         remain; then the normal shutdown goes on whatever the answer."""
-        if not self.config.get("controlled.shutdown.enable"):
-            return
+        if self.single or not self.config.get("controlled.shutdown.enable"):
+            return  # a cluster of one has nobody to hand its partitions to
         retries = self.config.get("controlled.shutdown.max.retries")
         backoff_s = self.config.get("controlled.shutdown.retry.backoff.ms") / 1000
         succeeded = False
@@ -514,11 +633,15 @@ class ClusterNode:
                 validate_topic_name(name)
                 await self._create(name, self.config.get("num.partitions"),
                                    self.config.get("default.replication.factor"), None, {})
-                return {**empty, "error_code": E.LEADER_NOT_AVAILABLE}
             except TopicAlreadyExistsError:
-                return {**empty, "error_code": E.LEADER_NOT_AVAILABLE}
+                pass
             except KafkaliteError as exc:
                 return {**empty, "error_code": error_code_of(exc)}
+            # Kafka answers LEADER_NOT_AVAILABLE at once (so does a cluster here); a single broker, its own
+            # controller, waits a moment for the leaders so its first Metadata shows the topic, as it always did
+            if not await self._wait_for(lambda: name in self.cache.topics, AUTO_CREATE_WAIT_MS if self.single else 0):
+                return {**empty, "error_code": E.LEADER_NOT_AVAILABLE}
+            return await self._topic_metadata(name, False)
         parts = []
         for p, s in sorted(cached.partitions.items()):
             leader = self.cache.leader(name, p)
@@ -546,7 +669,8 @@ class ClusterNode:
         return {b: r.rack for b, r in (await self.store.brokers()).items()}
 
     async def _create(self, name: str, partitions: int, rf: int, manual: dict[int, list[int]] | None,
-                      configs: dict[str, str], validate_only: bool = False) -> z.TopicAssignment:
+                      configs: dict[str, str], validate_only: bool = False, *, also_local: int = 0
+                      ) -> z.TopicAssignment:
         if name in self.cache.topics or await self.store.topic_assignment(name) is not None:
             if await self.store.read(z.delete_topic_path(name)) is not None:  # Kafka's wording for this case
                 raise TopicAlreadyExistsError(f"Topic '{name}' is marked for deletion.")
@@ -577,6 +701,8 @@ class ClusterNode:
             if partitions <= 0:
                 raise InvalidPartitionsError("Number of partitions must be larger than 0.")
             parts = assign_replicas(partitions, rf, sorted(live), live)
+        # this broker's open-file limit must hold its new replicas, with `also_local` of the same request
+        self.apis.admin.check_new_partitions(also_local + sum(1 for r in parts.values() if self.node_id in r))
         assignment = z.TopicAssignment(name, uuid.uuid4(), parts)
         if not validate_only:
             await self.store.create_topic(assignment, configs)
@@ -597,6 +723,19 @@ class ClusterNode:
         names = [t["name"] for t in requested]
         results = []
         created: list[z.TopicAssignment] = []
+        # Kafka checks the whole request first (validateTotalNumberOfPartitions): too many partitions fail
+        # every topic of it with POLICY_VIOLATION, before anything is created.
+        total = 0
+        for t in requested:
+            n = len(t.get("assignments") or []) or t.get("num_partitions", -1)
+            total += self.config.get("num.partitions") if n == -1 else max(0, n)
+        if total > MAX_PARTITIONS_PER_REQUEST:
+            exc = _too_many(total)
+            return {"throttle_time_ms": 0, "topics": [
+                {"name": t["name"], "topic_id": uuid.UUID(int=0), "error_code": exc.error_code,
+                 "error_message": str(exc), "num_partitions": -1, "replication_factor": -1, "configs": []}
+                for t in requested]}
+        local = 0  # new replicas on this broker so far in this request
         for t in requested:
             name = t["name"]
             res: dict[str, Any] = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": E.NONE,
@@ -617,11 +756,14 @@ class ClusterNode:
                 if rf == -1:
                     rf = self.config.get("default.replication.factor")
                 configs = {c["name"]: c["value"] for c in t.get("configs", []) if c.get("value") is not None}
-                a = await self._create(name, partitions, rf, manual, configs, validate_only)
+                a = await self._create(name, partitions, rf, manual, configs, validate_only, also_local=local)
+                local += sum(1 for r in a.partitions.values() if self.node_id in r)
                 res.update(topic_id=a.topic_id if not validate_only else uuid.UUID(int=0),
                            num_partitions=len(a.partitions), replication_factor=len(next(iter(a.partitions.values()))))
                 if not validate_only:
                     created.append(a)
+                    res["configs"] = [{k: c[k] for k in ("name", "value", "read_only", "config_source", "is_sensitive")}
+                                      for c in self.apis._topic_config_entries(name, configs)]
             except KafkaliteError as exc:
                 res.update(error_code=error_code_of(exc), error_message=str(exc))
             results.append(res)
@@ -634,8 +776,28 @@ class ClusterNode:
                 for res in results:
                     if any(a.topic == res["name"] for a in created) and res["name"] not in self.cache.topics:
                         res.update(error_code=E.REQUEST_TIMED_OUT, error_message="The topic was created in "
-                                   "ZooKeeper but its leaders were not known within timeout_ms")
+                                   "the cluster store but its leaders were not known within timeout_ms")
+            self._report_local_failures(results, {a.topic: range(len(a.partitions)) for a in created})
+        # A topic another request is creating exists (TOPIC_ALREADY_EXISTS) before this broker's metadata
+        # lists it; answering once it does spares the client a Metadata that says UNKNOWN_TOPIC_OR_PARTITION
+        # (several writers of a Spark job create their topic at once).
+        pending = [r["name"] for r in results if r["error_code"] == E.TOPIC_ALREADY_EXISTS
+                   and r["name"] not in self.cache.topics]
+        if pending:
+            await self._wait_for(lambda: all(n in self.cache.topics for n in pending), timeout_ms)
         return {"throttle_time_ms": 0, "topics": results}
+
+    def _report_local_failures(self, results: list[dict[str, Any]], partitions: dict[str, range]) -> None:
+        """A new partition this broker could not host (a full disk, an offline log dir) fails the request
+        that made it, as a single broker always did; the topic stays, that partition without a leader here."""
+        for res in results:
+            name = res["name"]
+            if res["error_code"] != E.NONE or name not in partitions:
+                continue
+            failed = [self.local_failures[(name, p)] for p in partitions[name] if (name, p) in self.local_failures]
+            if failed:
+                res.update(error_code=failed[0][0], error_message=f"{len(failed)} of the new partitions could not "
+                           f"be created on broker {self.node_id}: {failed[0][1]}")
 
     async def delete_topics(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
         if h.api_version >= 6:
@@ -683,6 +845,15 @@ class ClusterNode:
         validate_only = body.get("validate_only", False)
         results = []
         waiting: dict[str, int] = {}
+        total = 0
+        for t in body.get("topics", []):
+            cached = self.cache.topics.get(t["name"])
+            total += max(0, t["count"] - (len(cached.partitions) if cached is not None else 0))
+        if total > MAX_PARTITIONS_PER_REQUEST:  # each topic still checks the open-file limit for itself
+            exc = _too_many(total)
+            return {"throttle_time_ms": 0, "results": [
+                {"name": t["name"], "error_code": exc.error_code, "error_message": str(exc)}
+                for t in body.get("topics", [])]}
         for t in body.get("topics", []):
             name, count = t["name"], t["count"]
             res: dict[str, Any] = {"name": name, "error_code": E.NONE, "error_message": None}
@@ -703,6 +874,7 @@ class ClusterNode:
                 else:
                     rf = len(a.partitions[0])
                     new = assign_replicas(count - old, rf, sorted(live), live, start_partition=old)
+                self.apis.admin.check_new_partitions(sum(1 for r in new.values() if self.node_id in r))
                 if not validate_only:
                     await self.store.add_partitions(z.TopicAssignment(name, a.topic_id, {**a.partitions, **new}),
                                                     old)
@@ -715,6 +887,7 @@ class ClusterNode:
         if waiting:
             await self._wait_for(lambda: all(n in self.cache.topics and len(self.cache.topics[n].partitions) >= c
                                              for n, c in waiting.items()), body.get("timeout_ms", 30000))
+            self._report_local_failures(results, {n: range(c) for n, c in waiting.items()})
         return {"throttle_time_ms": 0, "results": results}
 
     # --- topic configs: /config/topics/<t>, announced by /config/changes/config_change_<seq> --------------
@@ -833,10 +1006,16 @@ class ClusterNode:
             coord = self.apis.coordinator
             assert coord is not None
             configs = {k: str(v) for k, v in coord.offsets_topic_configs().items()}
+            rf = self.config.get("offsets.topic.replication.factor")
+            if self.single:  # a cluster of one holds one replica; Kafka's default of 3 would never be met
+                rf = min(rf, 1)
             with contextlib.suppress(TopicAlreadyExistsError):
-                await self._create(OFFSETS_TOPIC, self.config.get("offsets.topic.num.partitions"),
-                                   self.config.get("offsets.topic.replication.factor"), None, configs)
-            return None
+                await self._create(OFFSETS_TOPIC, self.config.get("offsets.topic.num.partitions"), rf, None, configs)
+            # Kafka answers COORDINATOR_NOT_AVAILABLE at once; some clients (kafka-python's admin) fail on it
+            # rather than retry, and a single broker always answered its first FindCoordinator with itself
+            if not await self._wait_for(lambda: OFFSETS_TOPIC in self.cache.topics, OFFSETS_TOPIC_WAIT_MS):
+                return None
+            cached = self.cache.topics[OFFSETS_TOPIC]
         n = len(cached.partitions)
         assert self.apis.coordinator is not None
         self.apis.coordinator.topic.num_partitions = n  # the cluster's count decides where each group lives
@@ -991,3 +1170,9 @@ class ClusterNode:
             else:
                 out["topics"].append({"name": name, "partitions": entries})
         return out
+
+
+def _too_many(total: int) -> PolicyViolationError:
+    return PolicyViolationError(f"Excessively large number of partitions per request: {total} new partitions "
+                                f"requested, at most {MAX_PARTITIONS_PER_REQUEST} may be created by one request "
+                                "(Kafka's limit); split it into several requests")

@@ -85,9 +85,13 @@ class MetadataStore:
     """The topic registry and producer-id allocator of one broker; every change is saved before it is used."""
 
     def __init__(self, directory: Path,
-                 on_fatal: Callable[[Path, OSError], None] = halt_on_metadata_dir_failure) -> None:
+                 on_fatal: Callable[[Path, OSError], None] = halt_on_metadata_dir_failure, persist: bool = True
+                 ) -> None:
         self.path = Path(directory) / METADATA_FILE
         self.on_fatal = on_fatal
+        # Single-broker mode keeps the file through cluster/local_store.py (the cluster's znodes, which this
+        # class reads compatibly): there this registry is the broker's view of what it hosts, not saved.
+        self.persist = persist
         self.topics: dict[str, TopicInfo] = {}
         self._next_producer_id = 0
         self._producer_id_limit = 0  # ids below this are reserved in the file
@@ -118,6 +122,8 @@ class MetadataStore:
 
         A full disk is the operator's to fix and fails only the request; descriptor exhaustion likewise.
         Any other I/O error means the metadata dir is lost: fatal (`on_fatal`), as in Kafka."""
+        if not self.persist:
+            return
         try:
             self._write()
         except OSError as exc:

@@ -21,11 +21,15 @@ import time
 from typing import Any, Literal
 
 from kafkalite.broker.apis import CloseConnection, KafkaApis
+from kafkalite.broker.cluster_node import ClusterNode
 from kafkalite.broker.config import BrokerConfig
-from kafkalite.broker.metadata import MetadataStore
+from kafkalite.broker.metadata import MetadataStore, halt_on_metadata_dir_failure
 from kafkalite.broker.replica_manager import ReplicaManager
 from kafkalite.broker.topic_admin import TopicAdmin
 from kafkalite.cleaner.config import CleanerConfig
+from kafkalite.cluster.local_store import LocalStore
+from kafkalite.cluster.store import ClusterStore
+from kafkalite.cluster.zk_store import ZkStore
 from kafkalite.coordinator import GroupCoordinator
 from kafkalite.coordinator.config import OFFSETS_TOPIC
 from kafkalite.errors import KafkaliteError
@@ -47,7 +51,7 @@ class Broker:
         self.admin: TopicAdmin | None = None
         self.apis: KafkaApis | None = None
         self.coordinator: Any = None
-        self.cluster: Any = None  # a ClusterNode when zookeeper.connect is set
+        self.cluster: ClusterNode | None = None  # the broker's part in its cluster (of one, by default)
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._writers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
@@ -78,10 +82,14 @@ class Broker:
             where = exc.filename or ", ".join(str(d) for d in cfg.log_dirs)
             raise KafkaliteError(f"cannot open the data directory (log.dirs) {where}: {exc.strerror or exc}") \
                 from None
-        self.replicas = ReplicaManager(cfg, self.logs, MetadataStore(self.logs.dirs[0].path))
+        # kafkalite-metadata.json is the single broker's cluster store (LocalStore): the registry of hosted
+        # topics is then only this broker's view of it; with ZooKeeper it is this broker's own file.
+        registry = MetadataStore(self.logs.dirs[0].path, persist=bool(cfg.get("zookeeper.connect")))
+        self.replicas = ReplicaManager(cfg, self.logs, registry)
+        # Roles come from the controller's LeaderAndIsr in both modes, which also creates missing logs.
+        self.replicas.leads_all_local_logs = False
         self.admin = TopicAdmin(self.replicas)
-        self.admin.startup()
-        self.replicas.startup()
+        self.admin.adopt_logs()
         if any(li.port == 0 for li in cfg.advertised()):
             # Listening on an ephemeral port (tests): advertise the port the OS picked.
             port = self.addresses()[0][1]
@@ -93,12 +101,10 @@ class Broker:
         self.logs.startup()
         for server in self._servers:
             await server.start_serving()
-        if cfg.get("zookeeper.connect"):
-            # Cluster mode (docs/cluster.md): registered only once listening, so the controller can connect.
-            from kafkalite.broker.cluster_node import ClusterNode
-
-            self.cluster = ClusterNode(cfg, self.replicas, self.apis)
-            await self.cluster.start()
+        # Registered only once listening, so the controller (perhaps this broker) can connect (docs/cluster.md).
+        self.cluster = ClusterNode(cfg, self.replicas, self.apis, cluster_store(cfg))
+        await self.cluster.start()
+        self.apis.ready.set()
         self._background.append(asyncio.create_task(self.replicas.run_checkpoints(self._stop)))
         self._background.append(asyncio.create_task(self._close_idle_connections()))
         # What start-up built (logs, segments, indexes, compiled protocol codecs) lives as long as the
@@ -127,8 +133,8 @@ class Broker:
         write_offsets = functools.partial(replicas.append_for_coordinator, OFFSETS_TOPIC)
         coordinator = GroupCoordinator(replicas.logs, self.config, writer=write_offsets, replicas=replicas,
                                        partition_exists=lambda t, p: replicas.logs.get_log(t, p) is not None)
-        # in a cluster the coordinator loads a partition's groups when it becomes its leader (cluster_node)
-        await coordinator.start(lead_all=not self.config.get("zookeeper.connect"))
+        # the coordinator loads a partition's groups when it becomes its leader (cluster_node)
+        await coordinator.start(lead_all=False)
         return coordinator
 
     def addresses(self) -> list[tuple[str, int]]:
@@ -293,6 +299,15 @@ class Broker:
             for part in parts[i:]:
                 if isinstance(part, FileRegion):
                     os.close(part.fd)
+
+
+def cluster_store(cfg: BrokerConfig) -> ClusterStore:
+    """ZooKeeper when zookeeper.connect is set; otherwise the single broker's own file-backed store, with the
+    same znodes, in kafkalite-metadata.json of the first log dir (a failed metadata dir halts, as in Kafka)."""
+    if cfg.get("zookeeper.connect"):
+        return ZkStore(cfg.get("zookeeper.connect"), cfg.get("zookeeper.session.timeout.ms"),
+                       cfg.get("zookeeper.connection.timeout.ms"))
+    return LocalStore(cfg.log_dirs[0], cfg.node_id, on_fatal=halt_on_metadata_dir_failure)
 
 
 async def _bind(handler: Any, host: str, port: int) -> asyncio.base_events.Server:

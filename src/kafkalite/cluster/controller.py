@@ -76,8 +76,12 @@ class _Deletion:
 
 class Controller:
     def __init__(self, store: ClusterStore, broker_id: int, settings: ControllerSettings | None = None,
-                 topic_unclean: Callable[[str], Awaitable[bool | None]] | None = None) -> None:
+                 topic_unclean: Callable[[str], Awaitable[bool | None]] | None = None,
+                 initial_epoch: Callable[[TopicPartition], int] | None = None) -> None:
         self.store = store
+        # the leader epoch a partition's first state starts at: 0, or past what a replica's log already
+        # recorded (a single broker's data dir from before it ran the controller; see _init_partitions)
+        self._initial_epoch = initial_epoch
         self.broker_id = broker_id
         self.settings = settings or ControllerSettings()
         self._topic_unclean = topic_unclean
@@ -347,7 +351,8 @@ class Controller:
                 log.warning("Partition %s-%d has no live replica (replicas %s): it stays without a leader", *tp,
                             self._replicas(tp))
                 continue
-            states[tp] = PartitionState(live[0], 0, tuple(live), lease.epoch)
+            epoch = self._initial_epoch(tp) if self._initial_epoch is not None else 0
+            states[tp] = PartitionState(live[0], epoch, tuple(live), lease.epoch)
         if not states:
             return
         written = await self.store.create_partition_states(lease, states)

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import itertools
 import json
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,11 +31,21 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotE
 from kazoo.protocol.states import ZnodeStat
 
 from kafkalite.cluster import znodes as z
+from kafkalite.cluster.store import ControllerLease
 from kafkalite.cluster.zk_store import ZkStore
-from kafkalite.errors import KafkaliteError
+from kafkalite.cluster.znodes import PartitionState
+from kafkalite.errors import KafkaliteError, KafkaStorageError
 from kafkalite.storage.checkpoint import atomic_write
 
 METADATA_FILE = "kafkalite-metadata.json"
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+FatalCallback = Callable[[Path, OSError], None]
+_on_loop = threading.local()  # `reads_only` is set while a store operation runs on the event loop
+
+
+class _WouldWrite(Exception):
+    """A store operation run on the event loop reached a write: it is run again on a worker thread."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,16 +73,17 @@ class LocalTree:
     _open_lock: ClassVar[threading.Lock] = threading.Lock()
 
     @classmethod
-    def of(cls, path: Path, broker_id: int) -> LocalTree:
+    def of(cls, path: Path, broker_id: int, on_fatal: FatalCallback | None = None) -> LocalTree:
         path = path.resolve()
         with cls._open_lock:
             tree = cls._open.get(path)
             if tree is None:
-                tree = cls._open[path] = LocalTree(path, broker_id)
+                tree = cls._open[path] = LocalTree(path, broker_id, on_fatal)
             return tree
 
-    def __init__(self, path: Path, broker_id: int) -> None:
+    def __init__(self, path: Path, broker_id: int, on_fatal: FatalCallback | None = None) -> None:
         self.path = path
+        self.on_fatal = on_fatal  # a failed metadata dir (not a full disk): the broker halts, as Kafka's does
         self.lock = threading.RLock()
         self.nodes: dict[str, _Node] = {"/": _Node(b"", 0, 0, 0, 0)}
         self.zxid = 0
@@ -119,8 +131,24 @@ class LocalTree:
         self.zxid += 1
         self.nodes[path] = _Node(data, 0, self.zxid, self.zxid, 0)
 
-    def save(self) -> None:
-        persistent = {p: n for p, n in self.nodes.items() if n.owner == 0 and p != "/"}
+    def save(self, nodes: dict[str, _Node] | None = None, zxid: int | None = None) -> None:
+        """Write `nodes` (the tree by default). A full disk or descriptor exhaustion fails only the change
+        (KafkaStorageError, the tree unchanged); any other error means the metadata dir is lost: `on_fatal`."""
+        try:
+            self._write(self.nodes if nodes is None else nodes, self.zxid if zxid is None else zxid)
+        except OSError as exc:
+            if exc.errno in DISK_FULL_ERRNOS:
+                raise KafkaStorageError(f"cannot write {self.path}: the disk of the metadata dir {self.path.parent} "
+                                        f"is full ({exc.strerror}); free space there and retry") from exc
+            if exc.errno in DESCRIPTOR_ERRNOS:
+                raise KafkaStorageError(f"cannot write {self.path}: the broker is out of file descriptors "
+                                        f"({exc.strerror}); raise its open file limit (ulimit -n)") from exc
+            if self.on_fatal is not None:
+                self.on_fatal(self.path, exc)
+            raise KafkaStorageError(f"the metadata dir {self.path.parent} failed: {exc}") from exc
+
+    def _write(self, nodes: dict[str, _Node], zxid: int) -> None:
+        persistent = {p: n for p, n in nodes.items() if n.owner == 0 and p != "/"}
         topics = []
         for p, n in sorted(persistent.items()):
             if _parent(p) == z.BROKER_TOPICS:
@@ -133,7 +161,7 @@ class LocalTree:
             "version": 1,
             "topics": topics,
             "next_producer_id_block": z.ProducerIdBlock.decode(block.data).end + 1 if block and block.data else 0,
-            "zxid": self.zxid,
+            "zxid": zxid,
             "znodes": {p: {"data": base64.b64encode(n.data).decode("ascii"), "version": n.version,
                            "czxid": n.czxid, "mzxid": n.mzxid, "seq": n.next_seq}
                        for p, n in sorted(persistent.items())},
@@ -148,6 +176,8 @@ class LocalTree:
 
     def apply(self, ops: list[tuple[Any, ...]], session: int) -> list[Any]:
         """Run ops all or nothing; results as kazoo's transaction gives them (exceptions in the list)."""
+        if getattr(_on_loop, "reads_only", False):
+            raise _WouldWrite  # before any change: the operation is run again, whole, on a worker thread
         with self.lock:
             nodes = dict(self.nodes)
             zxid = self.zxid
@@ -209,29 +239,34 @@ class LocalTree:
             before = self.nodes
             persistent = any((p in before and before[p].owner == 0) or (p in nodes and nodes[p].owner == 0)
                              for p in touched)
-            self.nodes, self.zxid = nodes, zxid
             if persistent:
-                self.save()
+                self.save(nodes, zxid)  # first: a failed write leaves the tree as the file still is
+            self.nodes, self.zxid = nodes, zxid
         self._fire(touched)
         return results
 
     def _fire(self, touched: set[str]) -> None:
-        for path in touched:
-            with self.lock:
-                n = self.nodes.get(path)
-                data = (n.data, _stat(n)) if n is not None else (None, None)
-                fns = list(self.data_watches.get(path, []))
+        """Data watches of the touched nodes, and children watches of their parents (once per parent, as
+        ZooKeeper coalesces): a multi-op creating thousands of partitions must not list a parent per node."""
+        calls: list[tuple[str, Callable[..., Any], tuple[Any, ...], str]] = []
+        with self.lock:
+            parents: set[str] = set()
+            for path in sorted(touched):
+                fns = self.data_watches.get(path)
+                if fns:
+                    n = self.nodes.get(path)
+                    data = (n.data, _stat(n)) if n is not None else (None, None)
+                    calls += [("data", fn, data, path) for fn in fns]
                 parent = _parent(path)
-                kids = self.children(self.nodes, parent)
-                cfns = list(self.child_watches.get(parent, []))
-            for fn in fns:
-                if fn(*data) is False:
-                    with self.lock:
-                        self.data_watches[path].remove(fn)
-            for fn in cfns:
-                if fn(kids) is False:
-                    with self.lock:
-                        self.child_watches[parent].remove(fn)
+                if parent not in parents and self.child_watches.get(parent):
+                    parents.add(parent)
+                    kids = self.children(self.nodes, parent)
+                    calls += [("children", fn, (kids,), parent) for fn in self.child_watches[parent]]
+        for kind, fn, args, path in calls:
+            if fn(*args) is False:
+                watches = self.data_watches if kind == "data" else self.child_watches
+                with self.lock, contextlib.suppress(ValueError):
+                    watches[path].remove(fn)
 
     def end_session(self, session: int) -> None:
         with self.lock:
@@ -304,11 +339,12 @@ class LocalClient:
         return (created, self.exists(created)) if include_data else created
 
     def get(self, path: str) -> tuple[bytes, ZnodeStat]:
-        with self.tree.lock:
-            n = self.tree.nodes.get(path)
-            if n is None:
-                raise NoNodeError(path)
-            return n.data, _stat(n, len(self.tree.children(self.tree.nodes, path)))
+        nodes = self.tree.nodes  # a snapshot without the lock: apply() replaces the dict, never changes it
+        n = nodes.get(path)
+        if n is None:
+            raise NoNodeError(path)
+        # numChildren is left 0: ZkStore never reads it, and counting would scan the whole tree per read
+        return n.data, _stat(n)
 
     def exists(self, path: str) -> ZnodeStat | None:
         try:
@@ -323,10 +359,10 @@ class LocalClient:
         self._one(("delete", path, version))
 
     def get_children(self, path: str) -> list[str]:
-        with self.tree.lock:
-            if path not in self.tree.nodes:
-                raise NoNodeError(path)
-            return self.tree.children(self.tree.nodes, path)
+        nodes = self.tree.nodes
+        if path not in nodes:
+            raise NoNodeError(path)
+        return self.tree.children(nodes, path)
 
     def ensure_path(self, path: str) -> None:
         parts = [p for p in path.split("/") if p]
@@ -354,11 +390,46 @@ class LocalClient:
 class LocalStore(ZkStore):
     """The ClusterStore of single-broker mode: ZkStore's code over the in-process LocalClient."""
 
-    def __init__(self, directory: Path, broker_id: int) -> None:
+    def __init__(self, directory: Path, broker_id: int, on_fatal: FatalCallback | None = None) -> None:
         self.file = Path(directory) / METADATA_FILE
         super().__init__(f"local:{self.file}")
         self.hosts, self.chroot = str(self.file), ""
         self.broker_id = broker_id
+        self.on_fatal = on_fatal
 
     async def _connect(self) -> Any:
-        return LocalClient(LocalTree.of(self.file, self.broker_id))
+        return LocalClient(LocalTree.of(self.file, self.broker_id, self.on_fatal))
+
+    async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Reads of the in-memory tree are answered on the event loop (a thread hop each would dominate a
+        start-up reading thousands of partition states); an operation that writes (and so saves the file)
+        stops before its first change and runs on a worker thread as ZkStore's do."""
+        if self.client is not None and not self._closing:
+            _on_loop.reads_only = True
+            try:
+                return fn(*args, **kwargs)
+            except _WouldWrite:
+                pass
+            finally:
+                _on_loop.reads_only = False
+        return await super()._run(fn, *args, **kwargs)
+
+    async def create_partition_states(self, lease: ControllerLease,
+                                      states: Mapping[tuple[str, int], PartitionState]
+                                      ) -> dict[tuple[str, int], PartitionState]:
+        """One fenced multi-op for the paths and states of all partitions (ZkStore makes each path alone and
+        splits the states into ZooKeeper-sized multis): each change of the local tree rewrites the file, so
+        a topic of thousands of partitions is one write here, not thousands."""
+        def run() -> dict[tuple[str, int], PartitionState]:
+            def ops(t: Any) -> None:
+                made: set[str] = set()
+                for (topic, p), s in states.items():
+                    for path in (_parent(z.partition_path(topic, p)), z.partition_path(topic, p)):
+                        if path not in made and self.zk.exists(path) is None:
+                            t.create(path, b"")
+                            made.add(path)
+                    t.create(z.partition_state_path(topic, p), s.encode())
+            self._fenced(lease, ops)
+            return {key: PartitionState(s.leader, s.leader_epoch, s.isr, s.controller_epoch, 0)
+                    for key, s in states.items()}
+        return await self._run(run)

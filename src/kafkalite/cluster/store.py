@@ -37,6 +37,7 @@ class ClusterStore(ABC):
     """Where the cluster's metadata lives. Controller writes take a ControllerLease and raise
     NotControllerError when another controller has been elected since (the lease is fenced)."""
 
+    connect: str = ""  # where the store is (ZooKeeper's connect string, the local file), for messages
     on_session_lost: Callable[[], None] | None = None
     on_session_restored: Callable[[], None] | None = None
 
