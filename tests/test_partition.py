@@ -428,7 +428,7 @@ def _led_with_followers(rm: ReplicaManager, topic: str) -> Partition:
 
 
 def test_list_offsets_latest_is_not_available_below_the_epoch_start(broker_parts) -> None:
-    rm, admin = broker_parts
+    rm, _admin = broker_parts
     rm.lead_locally(rm.logs.get_or_create_log("fresh", 0))
     rm.append("fresh", 0, batch(3))
     part = _led_with_followers(rm, "fresh")  # a new epoch starting at 3; HW 3 already (single-broker past)
@@ -442,7 +442,7 @@ def test_list_offsets_latest_is_not_available_below_the_epoch_start(broker_parts
 
 
 def test_wait_for_commit_outcomes(broker_parts) -> None:
-    rm, admin = broker_parts
+    rm, _admin = broker_parts
     rm.lead_locally(rm.logs.get_or_create_log("w", 0, {"min.insync.replicas": "2"}))
 
     async def scenario() -> None:
