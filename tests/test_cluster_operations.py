@@ -280,7 +280,7 @@ def test_sigterm_moves_leadership_before_exit_and_the_cli_restores_preferred_lea
         bystander = next(b for b in cluster.running() if b != controller)
         for version in (0, 2):
             answer = cluster.request(bystander, ApiKey.ELECT_LEADERS, {
-                "election_type": 0, "topic_partitions": [{"topic": "moves", "partition_id": [0, 1]}],
+                "election_type": 0, "topic_partitions": [{"topic": "moves", "partitions": [0, 1]}],
                 "timeout_ms": 5000}, version)
             assert answer.get("error_code", 0) == E.NONE
             assert [(r["topic"], e["partition_id"], e["error_code"]) for r in answer["replica_election_results"]

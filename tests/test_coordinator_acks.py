@@ -24,7 +24,6 @@ from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import MetadataStore
 from kafkalite.broker.partition import Partition
 from kafkalite.broker.replica_manager import ReplicaManager
-from kafkalite.broker.topic_admin import TopicAdmin
 from kafkalite.coordinator import OFFSETS_TOPIC, Errors, GroupCoordinator
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.storage.log import FetchIsolation
@@ -42,7 +41,6 @@ class OffsetsLeader:
         cfg = BrokerConfig.load(None, {"log.dirs": str(path / "data"), "node.id": NODE})
         self.lm = LogManager(cfg.log_dirs, cfg.log_config(), cfg.manager_config())
         self.rm = ReplicaManager(cfg, self.lm, MetadataStore(self.lm.dirs[0].path))
-        TopicAdmin(self.rm).startup()
         self.rm.startup()
         self.coord = GroupCoordinator(self.lm, {**FAST, "offsets.topic.num.partitions": 1, **props},
                                       writer=functools.partial(self.rm.append_for_coordinator, OFFSETS_TOPIC),

@@ -496,7 +496,7 @@ class ClusterNode:
         if requested is None:
             wanted = [(t, p) for t, c in sorted(self.cache.topics.items()) for p in sorted(c.partitions)]
         else:
-            wanted = [(t["topic"], p) for t in requested for p in t["partition_id"]]
+            wanted = [(t["topic"], p) for t in requested for p in t["partitions"]]
         timeout_s = max(body.get("timeout_ms", 60000), 0) / 1000
         results: dict[TopicPartition, tuple[int, str | None, int]]
         if election_type not in (0, 1):

@@ -121,7 +121,7 @@ def elect_leaders(client: KafkaClient, election_type: int, partitions: list[tupl
     for t, p in partitions or []:
         topics.setdefault(t, []).append(p)
     body = {"election_type": election_type, "timeout_ms": timeout_ms,
-            "topic_partitions": None if partitions is None else [{"topic": t, "partition_id": ps}
+            "topic_partitions": None if partitions is None else [{"topic": t, "partitions": ps}
                                                                   for t, ps in topics.items()]}
     deadline = time.monotonic() + timeout_ms / 1000
     while True:

@@ -240,7 +240,7 @@ ELECT_LEADERS = message(
         F("election_type", "int8", "1+", default=0),
         A("topic_partitions", "0+", [
             F("topic", "string"),
-            F("partition_id", "[]int32"),
+            F("partitions", "[]int32"),
         ], null="0+"),
         F("timeout_ms", "int32", default=60000),
     ],
