@@ -6,7 +6,13 @@ error code without a translation table, and tests can assert on the exact Kafka 
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
 from kafkalite.error_codes import ErrorCode
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 class KafkaliteError(Exception):
@@ -108,6 +114,19 @@ class KafkaStorageError(KafkaliteError):
     """An I/O failure in a log dir (KAFKA_STORAGE_ERROR)."""
 
     error_code = ErrorCode.KAFKA_STORAGE_ERROR
+
+
+def metadata_write_error(path: Path, exc: OSError) -> KafkaStorageError | None:
+    """The error for a failed write of a broker's metadata file that only fails the change (a full disk,
+    descriptor exhaustion: the operator can fix both and retry), or None when the metadata dir itself is
+    lost and the caller must treat it as fatal."""
+    if exc.errno in DISK_FULL_ERRNOS:
+        return KafkaStorageError(f"cannot write {path}: the disk of the metadata dir {path.parent} is full "
+                                 f"({exc.strerror}); free space there and retry")
+    if exc.errno in DESCRIPTOR_ERRNOS:
+        return KafkaStorageError(f"cannot write {path}: the broker is out of file descriptors ({exc.strerror}); "
+                                 "raise its open file limit (ulimit -n)")
+    return None
 
 
 class LogError(KafkaliteError):

@@ -10,7 +10,6 @@ The producer-id allocator lives here too, because an id must never be handed out
 from __future__ import annotations
 
 import copy
-import errno
 import json
 import logging
 import os
@@ -21,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafkalite.errors import InvalidTopicError, KafkaliteError, KafkaStorageError
+from kafkalite.errors import InvalidTopicError, KafkaliteError, KafkaStorageError, metadata_write_error
 from kafkalite.storage.checkpoint import (
     PARTITION_METADATA_FILE,
     atomic_write,
@@ -36,8 +35,6 @@ MAX_TOPIC_NAME_LENGTH = 249
 PRODUCER_ID_BLOCK = 1000
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 def halt_on_metadata_dir_failure(path: Path, exc: OSError) -> None:
@@ -127,12 +124,9 @@ class MetadataStore:
         try:
             self._write()
         except OSError as exc:
-            if exc.errno in DISK_FULL_ERRNOS:
-                raise KafkaStorageError(f"cannot write {self.path}: the disk of the metadata dir {self.path.parent} "
-                                        f"is full ({exc.strerror}); free space there and retry") from exc
-            if exc.errno in DESCRIPTOR_ERRNOS:
-                raise KafkaStorageError(f"cannot write {self.path}: the broker is out of file descriptors "
-                                        f"({exc.strerror}); raise its open file limit (ulimit -n)") from exc
+            retriable = metadata_write_error(self.path, exc)
+            if retriable is not None:
+                raise retriable from exc
             self.on_fatal(self.path, exc)
             raise KafkaStorageError(f"the metadata dir {self.path.parent} failed: {exc}") from exc
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import errno
 import itertools
 import json
 import threading
@@ -34,12 +33,10 @@ from kafkalite.cluster import znodes as z
 from kafkalite.cluster.store import ControllerLease
 from kafkalite.cluster.zk_store import ZkStore
 from kafkalite.cluster.znodes import PartitionState
-from kafkalite.errors import KafkaliteError, KafkaStorageError
+from kafkalite.errors import KafkaliteError, KafkaStorageError, metadata_write_error
 from kafkalite.storage.checkpoint import atomic_write
 
 METADATA_FILE = "kafkalite-metadata.json"
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 FatalCallback = Callable[[Path, OSError], None]
 _on_loop = threading.local()  # `reads_only` is set while a store operation runs on the event loop
 
@@ -137,12 +134,9 @@ class LocalTree:
         try:
             self._write(self.nodes if nodes is None else nodes, self.zxid if zxid is None else zxid)
         except OSError as exc:
-            if exc.errno in DISK_FULL_ERRNOS:
-                raise KafkaStorageError(f"cannot write {self.path}: the disk of the metadata dir {self.path.parent} "
-                                        f"is full ({exc.strerror}); free space there and retry") from exc
-            if exc.errno in DESCRIPTOR_ERRNOS:
-                raise KafkaStorageError(f"cannot write {self.path}: the broker is out of file descriptors "
-                                        f"({exc.strerror}); raise its open file limit (ulimit -n)") from exc
+            retriable = metadata_write_error(self.path, exc)
+            if retriable is not None:
+                raise retriable from exc
             if self.on_fatal is not None:
                 self.on_fatal(self.path, exc)
             raise KafkaStorageError(f"the metadata dir {self.path.parent} failed: {exc}") from exc

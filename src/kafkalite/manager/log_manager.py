@@ -14,7 +14,6 @@ kafka-delete-logs.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import shutil
@@ -32,7 +31,7 @@ from kafkalite.cleaner.log_cleaner import LogCleaner
 from kafkalite.clock import SYSTEM_CLOCK, Clock
 from kafkalite.config import registry
 from kafkalite.config.registry import ALIASES
-from kafkalite.errors import KafkaStorageError, LogError
+from kafkalite.errors import DESCRIPTOR_ERRNOS, KafkaStorageError, LogError
 from kafkalite.scheduler import Scheduler, ThreadScheduler
 from kafkalite.storage import names
 from kafkalite.storage.checkpoint import (
@@ -56,7 +55,6 @@ LONG_MAX = (1 << 63) - 1
 TopicPartition = tuple[str, int]
 # EMFILE/ENFILE say the process (or system) ran out of descriptors, not that a disk failed: taking a dir
 # offline for them would turn a too-low `ulimit -n` into lost partitions.
-DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 # What one new partition keeps open: its active segment's .log, .index and .timeindex (an upper bound:
 # index files that are only mapped hold none).
 FDS_PER_PARTITION = 1  # the .log; mapped indexes hold none (index_base.FileMapping), the txn index rarely
