@@ -222,8 +222,9 @@ class BrokerConnection:
         """True when the idle connection has been closed (or reset) by the broker: with nothing asked,
         anything readable can only be end of stream or an error."""
         try:
-            readable, _, _ = select.select([self._sock], [], [], 0)
-            if not readable:
+            poller = select.poll()  # not select.select: it refuses descriptors >= 1024 (FD_SETSIZE)
+            poller.register(self._sock, select.POLLIN)
+            if not poller.poll(0):
                 return False
             return self._sock.recv(1, socket.MSG_PEEK) == b""
         except OSError:
