@@ -58,6 +58,19 @@ def zk_connect(zookeeper_server):
     return zookeeper_server.connect()
 
 
+@pytest.fixture
+def cluster(tmp_path, zk_connect):
+    """Three `kafkalite serve` brokers on this test's chroot (tests/support/cluster.py), stopped cleanly after
+    it; a module needing other settings defines its own `cluster` fixture."""
+    from tests.support.cluster import Cluster
+
+    c = Cluster(tmp_path, zk_connect).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One local Spark session for every Spark test module: starting one costs 10+ s, and the first

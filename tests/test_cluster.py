@@ -20,15 +20,6 @@ from tests.support.cluster import SESSION_TIMEOUT_MS, Cluster
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture
-def cluster(tmp_path, zk_connect):
-    c = Cluster(tmp_path, zk_connect).start()
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
 def _all_live(view):
     return len(view[1]) == 3 and view[0] in (1, 2, 3)
 

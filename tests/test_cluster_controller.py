@@ -15,6 +15,7 @@ from kafkalite.cluster.controller import Controller, ControllerSettings
 from kafkalite.cluster.local_store import LocalStore
 from kafkalite.cluster.zk_store import ZkStore
 from tests.support.brokers import free_port
+from tests.support.cluster import state_becomes as _state_becomes
 
 pytestmark = pytest.mark.cluster
 
@@ -29,17 +30,6 @@ async def _broker(connect, bid: int) -> ZkStore:
     await s.start()
     await s.register_broker(z.BrokerRegistration(bid, (z.Endpoint("PLAINTEXT", "127.0.0.1", free_port()),)))
     return s
-
-
-async def _state_becomes(store: ZkStore, topic: str, partition: int, expected: tuple, timeout_s: float = 10):
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    state = None
-    while asyncio.get_running_loop().time() < deadline:
-        state = await store.partition_state(topic, partition)
-        if state is not None and (state.leader, state.isr, state.leader_epoch) == expected:
-            return state
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{topic}-{partition}: {state} never became (leader, isr, epoch) {expected}")
 
 
 def test_offline_election_keep_last_isr_member_and_unclean_election(connect):

@@ -32,6 +32,7 @@ from kafkalite.protocol import ApiKey, ErrorCode
 from tests.support.batches import batch_at
 from tests.support.brokers import free_port
 from tests.support.cluster import SESSION_TIMEOUT_MS, Cluster
+from tests.support.cluster import state_becomes as _state_becomes
 
 pytestmark = pytest.mark.cluster
 
@@ -46,17 +47,6 @@ async def _broker(connect: str, bid: int) -> tuple[ZkStore, int]:
     await s.start()
     epoch = await s.register_broker(z.BrokerRegistration(bid, (z.Endpoint("PLAINTEXT", "127.0.0.1", free_port()),)))
     return s, epoch
-
-
-async def _state_becomes(store: ZkStore, topic: str, partition: int, expected: tuple, timeout_s: float = 10):
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    state = None
-    while asyncio.get_running_loop().time() < deadline:
-        state = await store.partition_state(topic, partition)
-        if state is not None and (state.leader, state.isr, state.leader_epoch) == expected:
-            return state
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{topic}-{partition}: {state} never became (leader, isr, epoch) {expected}")
 
 
 async def _put_in_isr(store: ZkStore, topic: str, partition: int, isr: tuple[int, ...]) -> None:

@@ -24,15 +24,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def cluster(tmp_path, zk_connect):
-    c = Cluster(tmp_path, zk_connect).start()
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
 def _leaders(cluster: Cluster, bid: int) -> dict[int, tuple[int, int]]:
     md = cluster.metadata(bid, ["sp"])
     return {p["partition_index"]: (p["leader_id"], p["leader_epoch"]) for p in md["topics"][0]["partitions"]}

@@ -244,3 +244,18 @@ class Cluster:
         assert res["topics"][0]["error_code"] == 0, res
         self.wait_for(f"{name} has leaders", lambda: all(self.leader(name, p) >= 0 for p in range(partitions)),
                       timeout_s)
+
+
+async def state_becomes(store: Any, topic: str, partition: int, expected: tuple, timeout_s: float = 10) -> Any:
+    """The partition's state once `store` (a ClusterStore) shows (leader, isr, leader_epoch) == `expected`;
+    AssertionError with the last state seen after `timeout_s`."""
+    import asyncio
+
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    state = None
+    while asyncio.get_running_loop().time() < deadline:
+        state = await store.partition_state(topic, partition)
+        if state is not None and (state.leader, state.isr, state.leader_epoch) == expected:
+            return state
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{topic}-{partition}: {state} never became (leader, isr, epoch) {expected}")
