@@ -80,3 +80,11 @@ def spark():
     session = local_session("kafkalite-tests", **{"spark.driver.memory": "1g", "spark.sql.session.timeZone": "UTC"})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory):
+    """A CA and certificates for TLS tests (tests/support/certs.py), made once per run."""
+    from tests.support.certs import make_pki
+
+    return make_pki(tmp_path_factory.mktemp("pki"))

@@ -14,7 +14,7 @@ LAYER = {
     "records": 1,
     "storage": 2,
     "config": 3, "cleaner": 3, "manager": 3,
-    "protocol": 4, "broker": 4, "coordinator": 4, "client": 4, "partitioner": 4, "cluster": 4,
+    "protocol": 4, "broker": 4, "coordinator": 4, "client": 4, "partitioner": 4, "cluster": 4, "security": 4,
     "spark": 6,
     "cli": 7,
 }

@@ -40,6 +40,7 @@ from kafkalite.errors import KafkaliteError
 from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode
 from kafkalite.protocol.connection import ClientConnection
 from kafkalite.records.batch import RecordBatch, iter_batches
+from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity, connect
 
 log = logging.getLogger("kafkalite.client")
 READ_UNCOMMITTED = 0
@@ -161,10 +162,11 @@ class BrokerConnection:
     refuses further use (`broken`)."""
 
     def __init__(self, host: str, port: int, client_id: str | None = "kafkalite-cli", timeout_s: float = 30.0,
-                 connect_timeout_s: float | None = None, node_id: int = -1) -> None:
+                 connect_timeout_s: float | None = None, node_id: int = -1,
+                 security: ClientSecurity = PLAINTEXT_CLIENT) -> None:
         self.host, self.port, self.node_id = host, port, node_id
         self.timeout_s = timeout_s
-        sock = socket.create_connection((host, port), timeout=connect_timeout_s or timeout_s)
+        sock = connect(host, port, security, connect_timeout_s or timeout_s)
         sock.settimeout(timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock

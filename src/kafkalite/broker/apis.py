@@ -25,6 +25,7 @@ from kafkalite.errors import (
     UnknownTopicOrPartitionError,
 )
 from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode, RequestHeader
+from kafkalite.security.session import Session
 from kafkalite.storage.log import FetchIsolation
 from kafkalite.storage.log_config import CONFIGS_BY_NAME, LogConfig
 
@@ -46,7 +47,7 @@ TRANSACTIONS_UNSUPPORTED = ("transactions are not supported by kafkalite (no tra
 KIP848_UNSUPPORTED = ("the consumer group protocol of KIP-848 (group.protocol=consumer) is not supported by "
                       "kafkalite; use group.protocol=classic")
 
-Handler = Callable[[RequestHeader, dict[str, Any], str], Awaitable[dict[str, Any] | None]]
+Handler = Callable[[RequestHeader, dict[str, Any], Session], Awaitable[dict[str, Any] | None]]
 # Answered while the broker is still starting: the controller's requests (in single-broker mode this broker's
 # own controller sends them during start-up) and ApiVersions; every other request waits for `ready`.
 STARTUP_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.STOP_REPLICA})
@@ -95,10 +96,10 @@ class KafkaApis:
     def handles(self, api_key: int) -> bool:
         return api_key in self._handlers
 
-    async def handle(self, header: RequestHeader, body: dict[str, Any], client_host: str) -> dict[str, Any] | None:
+    async def handle(self, header: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any] | None:
         if not self.ready.is_set() and header.api_key not in STARTUP_APIS:
             await self.ready.wait()
-        return await self._handlers[header.api_key](header, body, client_host)
+        return await self._handlers[header.api_key](header, body, session)
 
     # --- cluster ----------------------------------------------------------------------------------
 
@@ -111,7 +112,7 @@ class KafkaApis:
         meta = dirs[0].meta if dirs else {}
         return str(meta.get("cluster.id") or self.config.get("cluster.id"))
 
-    async def api_versions(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def api_versions(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in self.advertised().items()]
         if h.api_version >= 3:
             name = body.get("client_software_name") or ""
@@ -125,7 +126,7 @@ class KafkaApis:
 
     # --- produce and fetch ------------------------------------------------------------------------
 
-    async def produce(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any] | None:
+    async def produce(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any] | None:
         acks = body.get("acks", -1)
         if h.api_version < 3:
             refuse: int | None = E.UNSUPPORTED_VERSION  # Kafka 4 advertises v0-2 for old librdkafka but refuses them
@@ -160,7 +161,7 @@ class KafkaApis:
             return None
         return {"responses": responses, "throttle_time_ms": 0}
 
-    async def fetch(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def fetch(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         v = h.api_version
         session_id = body.get("session_id", 0)
         session_epoch = body.get("session_epoch", -1)
@@ -203,7 +204,7 @@ class KafkaApis:
             responses[-1]["partitions"].append(entry)
         return {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": responses}
 
-    async def list_offsets(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def list_offsets(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         replica = body.get("replica_id", -1) >= 0
         level = body.get("isolation_level", 0)
         isolation = None if replica else (FetchIsolation.TXN_COMMITTED if level == 1 else
@@ -216,7 +217,7 @@ class KafkaApis:
             topics.append({"name": t["name"], "partitions": parts})
         return {"throttle_time_ms": 0, "topics": topics}
 
-    async def delete_records(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def delete_records(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         topics = []
         waiting = []
         for t in body.get("topics", []):
@@ -229,7 +230,8 @@ class KafkaApis:
             await asyncio.gather(*(self.replicas.complete_delete_records(n, e, timeout_ms) for n, e in waiting))
         return {"throttle_time_ms": 0, "topics": topics}
 
-    async def offset_for_leader_epoch(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def offset_for_leader_epoch(self, h: RequestHeader, body: dict[str, Any], _session: Session
+                                      ) -> dict[str, Any]:
         topics = []
         for t in body.get("topics", []):
             parts = [self.replicas.end_offset_for_epoch(t["topic"], p["partition"], p["leader_epoch"],
@@ -238,7 +240,7 @@ class KafkaApis:
             topics.append({"topic": t["topic"], "partitions": parts})
         return {"throttle_time_ms": 0, "topics": topics}
 
-    async def init_producer_id(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def init_producer_id(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         if body.get("transactional_id") is not None:
             log.warning("Refused InitProducerId for transactional id %r: %s", body["transactional_id"],
                         TRANSACTIONS_UNSUPPORTED)
@@ -274,7 +276,7 @@ class KafkaApis:
 
     # --- configs ----------------------------------------------------------------------------------
 
-    async def describe_configs(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def describe_configs(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         results = []
         for r in body.get("resources", []):
             rtype, rname = r["resource_type"], r["resource_name"]
@@ -303,7 +305,7 @@ class KafkaApis:
             results.append(res)
         return {"throttle_time_ms": 0, "results": results}
 
-    async def alter_configs(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def alter_configs(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         """Legacy AlterConfigs: the configs sent become the resource's whole set of dynamic configs (what
         is left out returns to its default), as Kafka does; validated like IncrementalAlterConfigs."""
         validate_only = body.get("validate_only", False)
@@ -353,7 +355,7 @@ class KafkaApis:
             raise InvalidRequestError(f"Cannot update these configs dynamically: {sorted(names)}; kafkalite has no "
                                       "dynamic broker configs: change server.properties and restart")
 
-    async def incremental_alter_configs(self, h: RequestHeader, body: dict[str, Any], _host: str
+    async def incremental_alter_configs(self, h: RequestHeader, body: dict[str, Any], _session: Session
                                         ) -> dict[str, Any]:
         validate_only = body.get("validate_only", False)
 
@@ -397,7 +399,7 @@ class KafkaApis:
 
     # --- log dirs ---------------------------------------------------------------------------------
 
-    async def describe_log_dirs(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def describe_log_dirs(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         """Each log dir with the partitions it holds (all, or those asked for) and their sizes in bytes.
 
         An offline dir answers KAFKA_STORAGE_ERROR with no partitions, as Kafka does; the volume's total and
@@ -435,7 +437,7 @@ class KafkaApis:
 
     # --- groups -----------------------------------------------------------------------------------
 
-    async def find_coordinator(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def find_coordinator(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         host, port = self._endpoint()
 
         def one(key: str, key_type: int) -> dict[str, Any]:
@@ -463,16 +465,17 @@ class KafkaApis:
         out["throttle_time_ms"] = 0
         return out
 
-    async def consumer_group_heartbeat(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
+    async def consumer_group_heartbeat(self, h: RequestHeader, body: dict[str, Any], session: Session
+                                       ) -> dict[str, Any]:
         """KIP-848's protocol is not implemented. Not advertising it leaves a `group.protocol=consumer`
         librdkafka consumer waiting forever without a word; advertised and answered with
         UNSUPPORTED_VERSION, librdkafka raises a fatal error at once (tests/test_protocol_gaps.py)."""
         log.warning("Refused ConsumerGroupHeartbeat for group %r from %s (client %s): %s", body.get("group_id"),
-                    host, h.client_id, KIP848_UNSUPPORTED)
+                    session.host, h.client_id, KIP848_UNSUPPORTED)
         return {"throttle_time_ms": 0, "error_code": E.UNSUPPORTED_VERSION, "error_message": KIP848_UNSUPPORTED,
                 "member_id": None, "member_epoch": -1, "heartbeat_interval_ms": 0, "assignment": None}
 
-    async def group_request(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
+    async def group_request(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:
         assert self.coordinator is not None  # this handler is registered only with a coordinator (__init__)
-        return await self.coordinator.handle(h.api_key, h.api_version, body, h.client_id, host)
+        return await self.coordinator.handle(h.api_key, h.api_version, body, h.client_id, session.host)
 

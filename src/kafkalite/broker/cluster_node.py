@@ -59,11 +59,12 @@ from kafkalite.errors import (
     UnknownTopicOrPartitionError,
 )
 from kafkalite.protocol import ApiKey, ErrorCode, PreEncoded, RequestHeader, encode_response_body
+from kafkalite.security.session import Session
 
 log = logging.getLogger("kafkalite.broker.cluster")
 
 E = ErrorCode
-Handler = Callable[[RequestHeader, dict[str, Any], str], Awaitable[dict[str, Any] | None]]
+Handler = Callable[[RequestHeader, dict[str, Any], Session], Awaitable[dict[str, Any] | None]]
 AUTHORIZED_OPS_OMITTED = -2147483648
 OFFSETS_TOPIC = "__consumer_offsets"
 RESOURCE_TOPIC = 2
@@ -275,7 +276,7 @@ class ClusterNode:
             raise StaleControllerEpochError(f"controller epoch {body['controller_epoch']} is older than "
                                             f"{self.cache.controller_epoch}")
 
-    async def update_metadata(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def update_metadata(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         try:
             self._check_epochs(body)
         except KafkaliteError as exc:
@@ -284,7 +285,7 @@ class ClusterNode:
         self.cache.apply(body)
         return {"error_code": E.NONE}
 
-    async def leader_and_isr(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def leader_and_isr(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         try:
             self._check_epochs(body)
         except KafkaliteError as exc:
@@ -436,7 +437,7 @@ class ClusterNode:
         else:
             part.make_follower(s["leader"], s["leader_epoch"], isr, replicas, s.get("partition_epoch", 0))
 
-    async def stop_replica(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def stop_replica(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         try:
             self._check_epochs(body)
         except KafkaliteError as exc:
@@ -473,7 +474,7 @@ class ClusterNode:
 
     # --- operations: controlled shutdown and leader elections (the controller does the work) -------------
 
-    async def controlled_shutdown_request(self, h: RequestHeader, body: dict[str, Any], _host: str
+    async def controlled_shutdown_request(self, h: RequestHeader, body: dict[str, Any], _session: Session
                                           ) -> dict[str, Any]:
         """A broker asks the controller to move its leaderships away; others answer NOT_CONTROLLER."""
         try:
@@ -486,7 +487,7 @@ class ClusterNode:
         return {"error_code": E.NONE,
                 "remaining_partitions": [{"topic_name": t, "partition_index": p} for t, p in remaining]}
 
-    async def elect_leaders(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def elect_leaders(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         """ElectLeaders (Kafka's handleElectReplicaLeader in ZK mode): the controller elects; a successful
         election is answered once this broker's metadata shows the new leader, or REQUEST_TIMED_OUT after
         timeout_ms. Null partitions = all partitions, and then those that needed no election are left out.
@@ -577,7 +578,7 @@ class ClusterNode:
 
     # --- metadata ----------------------------------------------------------------------------------
 
-    async def metadata(self, h: RequestHeader, body: dict[str, Any], host: str) -> Any:
+    async def metadata(self, h: RequestHeader, body: dict[str, Any], session: Session) -> Any:
         """Answered from the cache; the encoded answer is kept until the next UpdateMetadata, since the same
         questions come again and again (every client refreshes its metadata periodically)."""
         requested = body.get("topics")
@@ -652,7 +653,7 @@ class ClusterNode:
         return {"error_code": E.NONE, "name": name, "topic_id": cached.topic_id, "is_internal": name in INTERNAL_TOPICS,
                 "partitions": parts, "topic_authorized_operations": AUTHORIZED_OPS_OMITTED}
 
-    async def describe_cluster(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def describe_cluster(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         out = {"throttle_time_ms": 0, "error_code": E.NONE, "error_message": None, "endpoint_type": 1,
                "cluster_id": self.apis.cluster_id(), "controller_id": self.cache.controller_id,
                "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
@@ -716,7 +717,7 @@ class ClusterNode:
             await asyncio.sleep(WAIT_STEP_S)
         return True
 
-    async def create_topics(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def create_topics(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         validate_only = body.get("validate_only", False)
         timeout_ms = body.get("timeout_ms", 60000)
         requested = body.get("topics", [])
@@ -799,7 +800,7 @@ class ClusterNode:
                 res.update(error_code=failed[0][0], error_message=f"{len(failed)} of the new partitions could not "
                            f"be created on broker {self.node_id}: {failed[0][1]}")
 
-    async def delete_topics(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def delete_topics(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         if h.api_version >= 6:
             wanted = [(t.get("name"), t.get("topic_id")) for t in body.get("topics", [])]
         else:
@@ -841,7 +842,7 @@ class ClusterNode:
                                "completed within timeout_ms")
         return {"throttle_time_ms": 0, "responses": results}
 
-    async def create_partitions(self, h: RequestHeader, body: dict[str, Any], _host: str) -> dict[str, Any]:
+    async def create_partitions(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         validate_only = body.get("validate_only", False)
         results = []
         waiting: dict[str, int] = {}
@@ -933,8 +934,8 @@ class ClusterNode:
     async def _topic_exists(self, name: str) -> bool:
         return name in self.cache.topics or await self.store.topic_assignment(name) is not None
 
-    async def describe_configs(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
-        out = await self._describe_configs(h, body, host)
+    async def describe_configs(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:
+        out = await self._describe_configs(h, body, session)
         assert out is not None
         for res, r in zip(out["results"], body.get("resources", []), strict=True):
             if r["resource_type"] != RESOURCE_TOPIC:
@@ -950,7 +951,7 @@ class ClusterNode:
                            "exist.", configs=[])
         return out
 
-    async def _alter_topics(self, h: RequestHeader, body: dict[str, Any], host: str, incremental: bool,
+    async def _alter_topics(self, h: RequestHeader, body: dict[str, Any], session: Session, incremental: bool,
                             original: Handler) -> dict[str, Any]:
         """Topic resources are changed in ZooKeeper (every broker applies them from the change notification);
         the others go to the single-broker handler, which refuses dynamic broker configs."""
@@ -958,7 +959,7 @@ class ClusterNode:
         others = [r for r in resources if r["resource_type"] != RESOURCE_TOPIC]
         answered: dict[tuple[int, str], dict[str, Any]] = {}
         if others:
-            out = await original(h, {**body, "resources": others}, host)
+            out = await original(h, {**body, "resources": others}, session)
             assert out is not None
             for done in out["responses"]:
                 answered[(done["resource_type"], done["resource_name"])] = done
@@ -990,11 +991,12 @@ class ClusterNode:
             responses.append(res)
         return {"throttle_time_ms": 0, "responses": responses}
 
-    async def alter_configs(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
-        return await self._alter_topics(h, body, host, False, self._alter_configs)
+    async def alter_configs(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:
+        return await self._alter_topics(h, body, session, False, self._alter_configs)
 
-    async def incremental_alter_configs(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
-        return await self._alter_topics(h, body, host, True, self._incremental_alter_configs)
+    async def incremental_alter_configs(self, h: RequestHeader, body: dict[str, Any], session: Session
+                                        ) -> dict[str, Any]:
+        return await self._alter_topics(h, body, session, True, self._incremental_alter_configs)
 
     # --- consumer groups: the coordinator of a group is the leader of its __consumer_offsets partition ---
 
@@ -1021,9 +1023,9 @@ class ClusterNode:
         self.apis.coordinator.topic.num_partitions = n  # the cluster's count decides where each group lives
         return n
 
-    async def find_coordinator(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
+    async def find_coordinator(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:
         if body.get("key_type", 0) != 0:
-            return await KafkaApis.find_coordinator(self.apis, h, body, host)
+            return await KafkaApis.find_coordinator(self.apis, h, body, session)
         keys = body.get("coordinator_keys", []) if h.api_version >= 4 else [body.get("key", "")]
         try:
             n = await self._offsets_partitions()
@@ -1045,7 +1047,7 @@ class ClusterNode:
             return {"throttle_time_ms": 0, "coordinators": out}
         return {"throttle_time_ms": 0, **out[0]}
 
-    async def group_request(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any] | None:
+    async def group_request(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any] | None:
         """Group requests are served by the leader of the group's __consumer_offsets partition; elsewhere
         NOT_COORDINATOR sends the client back to FindCoordinator, as Kafka's brokers do."""
         if h.api_key != ApiKey.LIST_GROUPS:
@@ -1056,13 +1058,13 @@ class ClusterNode:
                     return error_response(h.api_key, h.api_version, body, Errors.NOT_COORDINATOR)
             if n and self.apis.coordinator is not None:
                 self.apis.coordinator.topic.num_partitions = n
-        return await self._group(h, body, host)
+        return await self._group(h, body, session)
 
     # --- producer ids --------------------------------------------------------------------------------
 
-    async def init_producer_id(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any]:
+    async def init_producer_id(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:
         if body.get("transactional_id") is not None:
-            return await KafkaApis.init_producer_id(self.apis, h, body, host)
+            return await KafkaApis.init_producer_id(self.apis, h, body, session)
         async with self._pid_lock:
             if self._pid_block is None or self._next_pid > self._pid_block.end:
                 self._pid_block = await self.store.next_producer_id_block(self.node_id)
@@ -1081,7 +1083,7 @@ class ClusterNode:
             return None
         return E.UNKNOWN_TOPIC_OR_PARTITION if self.cache.partition(topic, p) is None else E.NOT_LEADER_OR_FOLLOWER
 
-    async def produce(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any] | None:
+    async def produce(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any] | None:
         refused: dict[str, list[dict[str, Any]]] = {}
         kept = []
         for t in body.get("topic_data", []):
@@ -1096,10 +1098,10 @@ class ClusterNode:
             if mine:
                 kept.append({**t, "partition_data": mine})
         if not refused:
-            return await self._produce(h, body, host)
+            return await self._produce(h, body, session)
         if body.get("acks", -1) == 0:
             raise CloseConnection("an acks=0 produce request was sent to a broker that does not lead its partition")
-        out: dict[str, Any] | None = await self._produce(h, {**body, "topic_data": kept}, host) if kept else \
+        out: dict[str, Any] | None = await self._produce(h, {**body, "topic_data": kept}, session) if kept else \
             {"responses": [], "throttle_time_ms": 0}
         assert out is not None
         by_name = {r["name"]: r for r in out["responses"]}
@@ -1110,9 +1112,9 @@ class ClusterNode:
                 out["responses"].append({"name": name, "partition_responses": entries})
         return out
 
-    async def fetch(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any] | None:
+    async def fetch(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any] | None:
         if body.get("replica_id", -1) >= 0:
-            return await self._fetch(h, body, host)
+            return await self._fetch(h, body, session)
         refused: dict[str, list[dict[str, Any]]] = {}
         kept = []
         for t in body.get("topics", []):
@@ -1129,8 +1131,8 @@ class ClusterNode:
             if mine:
                 kept.append({**t, "partitions": mine})
         if not refused:
-            return await self._fetch(h, body, host)
-        out: dict[str, Any] | None = await self._fetch(h, {**body, "topics": kept, "max_wait_ms": 0}, host) \
+            return await self._fetch(h, body, session)
+        out: dict[str, Any] | None = await self._fetch(h, {**body, "topics": kept, "max_wait_ms": 0}, session) \
             if kept else {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": []}
         assert out is not None
         by_name = {r["topic"]: r for r in out["responses"]}
@@ -1141,9 +1143,9 @@ class ClusterNode:
                 out["responses"].append({"topic": name, "partitions": entries})
         return out
 
-    async def list_offsets(self, h: RequestHeader, body: dict[str, Any], host: str) -> dict[str, Any] | None:
+    async def list_offsets(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any] | None:
         if body.get("replica_id", -1) >= 0:
-            return await self._list_offsets(h, body, host)
+            return await self._list_offsets(h, body, session)
         refused: dict[str, list[dict[str, Any]]] = {}
         kept = []
         for t in body.get("topics", []):
@@ -1159,8 +1161,8 @@ class ClusterNode:
             if mine:
                 kept.append({**t, "partitions": mine})
         if not refused:
-            return await self._list_offsets(h, body, host)
-        out: dict[str, Any] | None = await self._list_offsets(h, {**body, "topics": kept}, host) if kept else \
+            return await self._list_offsets(h, body, session)
+        out: dict[str, Any] | None = await self._list_offsets(h, {**body, "topics": kept}, session) if kept else \
             {"throttle_time_ms": 0, "topics": []}
         assert out is not None
         by_name = {r["name"]: r for r in out["topics"]}

@@ -17,7 +17,7 @@ from kafkalite.config import registry
 from kafkalite.config.listeners import (
     DEFAULT_PORT,
     Listener,
-    check_plaintext,
+    check_protocols,
     parse_listeners,
     parse_protocol_map,
 )
@@ -65,10 +65,10 @@ class BrokerConfig:
             if name in KEYS:
                 self.get(name)
         protocols = parse_protocol_map(self.get("listener.security.protocol.map"))
-        check_plaintext(self.listeners(), protocols, "listeners")
+        check_protocols(self.listeners(), protocols, "listeners")
         given = self.get("advertised.listeners")
         if given:
-            check_plaintext(parse_listeners(given, "advertised.listeners"), protocols, "advertised.listeners")
+            check_protocols(parse_listeners(given, "advertised.listeners"), protocols, "advertised.listeners")
         self._check_log_dirs()
         if self.get("zookeeper.connect"):
             self.inter_broker_listener()
@@ -122,6 +122,10 @@ class BrokerConfig:
         chosen = parse_listeners(given, "advertised.listeners") if given else self.listeners()
         return [Listener(li.name, "127.0.0.1" if li.host in ("", "0.0.0.0", "::") else li.host, li.port)
                 for li in chosen]
+
+    def security_protocol(self, listener_name: str) -> str:
+        """The protocol a listener speaks (listener.security.protocol.map; validate() checked it is mapped)."""
+        return parse_protocol_map(self.get("listener.security.protocol.map"))[listener_name]
 
     def inter_broker_listener(self) -> Listener:
         """The advertised listener other brokers reach this one on (Kafka's interBrokerListenerName):

@@ -39,6 +39,7 @@ from kafkalite.broker.partition import Partition
 from kafkalite.errors import CorruptRecordError, KafkaliteError
 from kafkalite.protocol import ApiKey, ErrorCode
 from kafkalite.protocol.connection import ClientConnection
+from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity, open_connection
 from kafkalite.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 log = logging.getLogger("kafkalite.broker.replica_fetcher")
@@ -89,6 +90,7 @@ class FetcherSettings:
     backoff_ms: int = 1000
     socket_timeout_ms: int = 30000
     truncate_on_fetch: bool = True
+    security: ClientSecurity = PLAINTEXT_CLIENT  # the inter-broker listener's protocol, as a client
 
     @classmethod
     def from_config(cls, config: Any) -> FetcherSettings:
@@ -155,7 +157,7 @@ class ReplicaFetcher:
     async def _connect(self) -> None:
         timeout = self.manager.settings.socket_timeout_ms / 1000
         async with asyncio.timeout(timeout):
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            self._reader, self._writer = await open_connection(self.host, self.port, self.manager.settings.security)
         self._conn = ClientConnection(f"replica-fetcher-{self.manager.settings.node_id}")
 
     def _disconnect(self) -> None:

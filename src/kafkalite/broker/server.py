@@ -36,6 +36,7 @@ from kafkalite.errors import KafkaliteError
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol import FileRegion
 from kafkalite.protocol.connection import InvalidReceiveError, RefusedRequest, Reply, ServerConnection
+from kafkalite.security.session import Session
 
 log = logging.getLogger("kafkalite.broker")
 
@@ -72,7 +73,8 @@ class Broker:
         # Bound first (not yet listening, so clients see nothing): a port in use then fails before any
         # data dir is locked, recovered or marked.
         for li in cfg.listeners():
-            self._servers.append(await _bind(self._on_connection, li.host, li.port))
+            handler = functools.partial(self._on_connection, li.name, cfg.security_protocol(li.name))
+            self._servers.append(await _bind(handler, li.host, li.port))
         _check_data_dirs(cfg)
         try:
             self.logs = await asyncio.to_thread(
@@ -211,7 +213,8 @@ class Broker:
                         writer.close()
                     self._last_active.pop(task, None)
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connection(self, listener: str, protocol: str, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -223,7 +226,7 @@ class Broker:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            await self._serve(reader, writer, host)
+            await self._serve(reader, writer, Session(host=host, listener=listener, protocol=protocol))
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
         except asyncio.CancelledError:
@@ -238,7 +241,7 @@ class Broker:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session) -> None:
         """Requests one at a time: read exactly what the connection object wants (a size prefix, then the
         frame, which `feed` hands back as a view of what was read: no copy), answer, repeat."""
         assert self.apis is not None
@@ -249,31 +252,31 @@ class Broker:
             try:
                 frames = conn.feed(await reader.readexactly(conn.want()))
             except InvalidReceiveError as exc:
-                log.warning("Closing connection from %s: %s (socket.request.max.bytes)", host, exc)
+                log.warning("Closing connection from %s: %s (socket.request.max.bytes)", session.host, exc)
                 return
             for frame in frames:
-                response = await self._handle_frame(conn, frame, host)
+                response = await self._handle_frame(conn, frame, session)
                 if response is None:
                     continue
                 if response is False:
                     return
                 await self._send(writer, response)
 
-    async def _handle_frame(self, conn: ServerConnection, frame: memoryview, host: str
+    async def _handle_frame(self, conn: ServerConnection, frame: memoryview, session: Session
                             ) -> list[Any] | Literal[False] | None:
         """The response parts, None when there is nothing to send, False to close the connection."""
         assert self.apis is not None
         try:
             request = conn.decode(frame)
         except RefusedRequest as exc:
-            log.warning("Closing connection from %s: %s", host, exc)
+            log.warning("Closing connection from %s: %s", session.host, exc)
             return False
         if isinstance(request, Reply):
             return request.parts
         try:
-            body_out = await self.apis.handle(request.header, request.body, host)
+            body_out = await self.apis.handle(request.header, request.body, session)
         except CloseConnection as exc:
-            log.info("Closing connection from %s: %s", host, exc)
+            log.info("Closing connection from %s: %s", session.host, exc)
             return False
         if body_out is None:
             return None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkalite.protocol import ApiKey, decode_response, encode_request
+from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity, open_connection
 
 log = logging.getLogger("kafkalite.cluster.channel")
 
@@ -38,7 +39,8 @@ class _Pending:
 class BrokerChannel:
     """The queue and sender task for one broker."""
 
-    def __init__(self, broker_id: int, host: str, port: int) -> None:
+    def __init__(self, broker_id: int, host: str, port: int, security: ClientSecurity = PLAINTEXT_CLIENT) -> None:
+        self.security = security
         self.broker_id = broker_id
         self.host = host
         self.port = port
@@ -53,7 +55,7 @@ class BrokerChannel:
         while True:
             try:
                 async with asyncio.timeout(REQUEST_TIMEOUT_S):  # (3.11's wait_for can swallow a cancellation)
-                    self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+                    self._reader, self._writer = await open_connection(self.host, self.port, self.security)
                 return
             except (OSError, TimeoutError) as exc:
                 log.debug("Controller cannot reach broker %d at %s:%d (%s); retrying", self.broker_id, self.host,
@@ -124,8 +126,9 @@ class BrokerChannel:
 class ControllerChannels:
     """Senders to every live broker, added and removed as brokers join and leave."""
 
-    def __init__(self) -> None:
+    def __init__(self, security: ClientSecurity = PLAINTEXT_CLIENT) -> None:
         self.channels: dict[int, BrokerChannel] = {}
+        self.security = security
 
     def add(self, broker_id: int, host: str, port: int) -> None:
         old = self.channels.get(broker_id)
@@ -133,7 +136,7 @@ class ControllerChannels:
             return
         if old is not None:
             old.abort()
-        self.channels[broker_id] = BrokerChannel(broker_id, host, port)
+        self.channels[broker_id] = BrokerChannel(broker_id, host, port, self.security)
 
     async def remove(self, broker_id: int) -> None:
         ch = self.channels.pop(broker_id, None)
@@ -152,12 +155,13 @@ class ControllerChannels:
 
 
 async def request_once(host: str, port: int, api_key: ApiKey, version: int, body: dict[str, Any],
-                       timeout_s: float = REQUEST_TIMEOUT_S, client_id: str = CLIENT_ID) -> dict[str, Any]:
+                       timeout_s: float = REQUEST_TIMEOUT_S, client_id: str = CLIENT_ID,
+                       security: ClientSecurity = PLAINTEXT_CLIENT) -> dict[str, Any]:
     """One request on a connection of its own, answered within `timeout_s` (a broker's ControlledShutdown to
     the controller: sent once at shutdown, so no channel is kept). Raises OSError, TimeoutError or
     asyncio.IncompleteReadError when the broker cannot be reached or does not answer."""
     async with asyncio.timeout(timeout_s):
-        reader, writer = await asyncio.open_connection(host, port)
+        reader, writer = await open_connection(host, port, security)
         try:
             writer.write(encode_request(api_key, version, 1, client_id, body))
             await writer.drain()

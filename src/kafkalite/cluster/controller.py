@@ -35,6 +35,7 @@ from kafkalite.cluster.store import ClusterStore, ControllerLease
 from kafkalite.cluster.znodes import BrokerRegistration, PartitionState, TopicAssignment
 from kafkalite.errors import BrokerNotAvailableError, KafkaliteError, NotControllerError, StaleBrokerEpochError
 from kafkalite.protocol import ApiKey, ErrorCode
+from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity
 
 log = logging.getLogger("kafkalite.cluster.controller")
 
@@ -53,6 +54,7 @@ class ControllerSettings:
     auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
     imbalance_check_interval_s: float = 300.0  # leader.imbalance.check.interval.seconds
     imbalance_percentage: int = 10  # leader.imbalance.per.broker.percentage
+    security: ClientSecurity = PLAINTEXT_CLIENT  # how the controller's channels connect (inter-broker listener)
 
 
 TopicPartition = tuple[str, int]
@@ -90,7 +92,7 @@ class Controller:
         self.live: dict[int, BrokerRegistration] = {}
         self.assignments: dict[str, TopicAssignment] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
-        self.channels = ControllerChannels()
+        self.channels = ControllerChannels(self.settings.security)
         self._queue: asyncio.Queue[Event] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._watching = False

@@ -64,13 +64,17 @@ def parse_protocol_map(value: str) -> dict[str, str]:
     return out
 
 
-def check_plaintext(listeners: list[Listener], protocol_map: dict[str, str], key: str) -> None:
-    """Every listener must resolve to PLAINTEXT: anything else is refused with the reason."""
+# The protocols a listener may speak today; the others are refused by name rather than served as plaintext.
+IMPLEMENTED_PROTOCOLS = frozenset({"PLAINTEXT"})
+
+
+def check_protocols(listeners: list[Listener], protocol_map: dict[str, str], key: str) -> None:
+    """Every listener must resolve to an implemented protocol: anything else is refused with the reason."""
     for li in listeners:
         proto = protocol_map.get(li.name)
         if proto is None:
             raise InvalidConfigError(f"Invalid value for configuration {key}: no security protocol is defined for "
                                      f"listener {li.name} in listener.security.protocol.map")
-        if proto != "PLAINTEXT":
+        if proto not in IMPLEMENTED_PROTOCOLS:
             raise InvalidConfigError(f"{key}: listener {li.name}://{li.host}:{li.port} uses {proto}: "
                                      f"{NOT_IMPLEMENTED}")
