@@ -65,7 +65,8 @@ def _start_timed(b: BrokerProcess, partitions: int) -> float:
 def _produce_everywhere(c: KafkaClient, partitions: int) -> None:
     """One small batch into every partition, 1,000 partitions a request, acks=1 (not flushed: kill -9 leaves
     every partition's tail to recover)."""
-    batch = bytes(build_batch([SimpleRecord(None, b"x" * 100, 0)] * 10))
+    now_ms = int(time.time() * 1000)  # a timestamp of 0 would be past retention: the data would be deleted
+    batch = bytes(build_batch([SimpleRecord(None, b"x" * 100, now_ms)] * 10))
     for lo in range(0, partitions, WIDE_REQUEST):
         data = [{"index": p, "records": batch} for p in range(lo, min(partitions, lo + WIDE_REQUEST))]
         resp = c.request(ApiKey.PRODUCE, {"acks": 1, "timeout_ms": 30000,

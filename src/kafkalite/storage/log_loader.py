@@ -209,8 +209,14 @@ class LogLoader:
                 if stem + names.LOG_SUFFIX not in logs:
                     log.warning("%s: deleting index file %s that has no log file", self.dir.name, path.name)
                     path.unlink(missing_ok=True)
-        for name in sorted(logs):
-            base = names.offset_from_file_name(name)
+        bases = sorted(names.offset_from_file_name(name) for name in logs)
+        # After an unclean shutdown every segment from the one holding the recovery point on is recovered by
+        # `_recover_log` (indexes rebuilt from the `.log`): a damaged index found there is reported as before,
+        # but not recovered twice (Kafka does both, which doubles the work of a restart after kill -9).
+        below = [b for b in bases if b <= self.recovery_point_checkpoint]
+        recovered_from = None if self.clean_shutdown else (below[-1] if below else (bases[0] if bases else None))
+        for base in bases:
+            recovered_later = recovered_from is not None and base >= recovered_from
             time_index_existed = names.time_index_file(self.dir, base).exists()
             segment = self.new_segment(base, new_file=False)
             try:
@@ -219,11 +225,13 @@ class LogLoader:
                 if self.clean_shutdown or base < self.recovery_point_checkpoint:
                     log.error("%s: could not find offset index file of segment %d; rebuilding index files",
                               self.dir.name, base)
-                self._recover_segment(segment)
+                if not recovered_later:
+                    self._recover_segment(segment)
             except CorruptIndexError as exc:
                 log.error("%s: found a corrupted index file of segment %d (%s); rebuilding it",
                           self.dir.name, base, exc)
-                self._recover_segment(segment)
+                if not recovered_later:
+                    self._recover_segment(segment)
             self.segments[base] = segment
 
     def _recover_segment(self, segment: LogSegment) -> int:
