@@ -188,8 +188,13 @@ def test_many_partitions_parallel_load(tmp_path):
 
 
 def test_unclean_start_recovers_on_every_recovery_thread(tmp_path, caplog):
-    """num.recovery.threads.per.data.dir threads all take part in recovering after an unclean stop."""
+    """num.recovery.threads.per.data.dir threads all take part in recovering after an unclean stop (a setting
+    above the manager's floor of IO_THREADS_PER_DIR raises the thread count)."""
     import logging
+
+    from kafkalite.manager.log_manager import IO_THREADS_PER_DIR
+
+    wanted = IO_THREADS_PER_DIR + 2
 
     lm, _ = manager([tmp_path / "d"])
     for p in range(40):
@@ -200,9 +205,9 @@ def test_unclean_start_recovers_on_every_recovery_thread(tmp_path, caplog):
     (tmp_path / "d" / ".kafka_cleanshutdown").unlink()  # as after kill -9, before any checkpoint was written
     (tmp_path / "d" / "recovery-point-offset-checkpoint").unlink()
     caplog.set_level(logging.INFO)
-    lm = LogManager([tmp_path / "d"], config=ManagerConfig(num_recovery_threads_per_data_dir=4),
+    lm = LogManager([tmp_path / "d"], config=ManagerConfig(num_recovery_threads_per_data_dir=wanted),
                     scheduler=MockScheduler(MockClock()))
     threads = {r.threadName for r in caplog.records if "recovering unflushed segment" in r.getMessage()}
     assert len(lm.all_logs()) == 40
-    assert len(threads) == 4 and all(t.startswith("log-recovery") for t in threads), threads
+    assert len(threads) == wanted and all(t.startswith("log-recovery") for t in threads), threads
     lm.shutdown()

@@ -36,7 +36,7 @@ log = logging.getLogger("kafkalite.broker")
 # monopolise the broker.
 MAX_PARTITIONS_PER_REQUEST = 10_000
 CREATE_CHUNK = 100  # partitions per step of a creation
-CREATE_THREADS = 4  # threads creating one chunk: a new log is mostly fsync waits, which overlap
+CREATE_THREADS = 8  # threads creating one chunk: a new log is mostly fsync waits, which overlap
 DESCRIPTOR_HEADROOM = 128  # descriptors kept free for connections, segment rolls and checkpoint files
 
 

@@ -51,6 +51,13 @@ class LoadedLog:
     next_offset_metadata: LogOffsetMetadata
 
 
+def _file_names(directory: Path) -> list[str]:
+    """Names of the regular files in `directory`, sorted. scandir gives each file's type with the listing, where
+    `Path.iterdir` + `is_file` costs a Path and a stat per file: loading lists every partition directory."""
+    with os.scandir(directory) as entries:
+        return sorted(e.name for e in entries if e.is_file())
+
+
 def _offset_of(path: Path) -> int | None:
     try:
         return names.offset_from_file_name(path.name)
@@ -147,10 +154,8 @@ class LogLoader:
     def _remove_temp_files_and_collect_swaps(self) -> list[Path]:
         swaps: list[Path] = []
         cleaned: list[Path] = []
-        for path in sorted(self.dir.iterdir()):
-            if not path.is_file():
-                continue
-            name = path.name
+        for name in _file_names(self.dir):
+            path = self.dir / name
             if name.endswith(names.DELETED_SUFFIX) and not name.endswith(".checkpoint.deleted"):
                 log.info("%s: deleting stray file %s", self.dir.name, name)
                 path.unlink(missing_ok=True)
@@ -201,14 +206,14 @@ class LogLoader:
     # --- step 3: segments --------------------------------------------------------------------------
 
     def _load_segment_files(self) -> None:
-        files = sorted(p for p in self.dir.iterdir() if p.is_file())
-        logs = {p.name for p in files if p.name.endswith(names.LOG_SUFFIX)}
-        for path in files:
-            if path.name.endswith(_INDEX_SUFFIXES):
-                stem = path.name.split(".", 1)[0]
+        files = set(_file_names(self.dir))
+        logs = {name for name in files if name.endswith(names.LOG_SUFFIX)}
+        for name in files:
+            if name.endswith(_INDEX_SUFFIXES):
+                stem = name.split(".", 1)[0]
                 if stem + names.LOG_SUFFIX not in logs:
-                    log.warning("%s: deleting index file %s that has no log file", self.dir.name, path.name)
-                    path.unlink(missing_ok=True)
+                    log.warning("%s: deleting index file %s that has no log file", self.dir.name, name)
+                    (self.dir / name).unlink(missing_ok=True)
         bases = sorted(names.offset_from_file_name(name) for name in logs)
         # After an unclean shutdown every segment from the one holding the recovery point on is recovered by
         # `_recover_log` (indexes rebuilt from the `.log`): a damaged index found there is reported as before,
@@ -217,7 +222,7 @@ class LogLoader:
         recovered_from = None if self.clean_shutdown else (below[-1] if below else (bases[0] if bases else None))
         for base in bases:
             recovered_later = recovered_from is not None and base >= recovered_from
-            time_index_existed = names.time_index_file(self.dir, base).exists()
+            time_index_existed = names.filename_prefix_from_offset(base) + names.TIME_INDEX_SUFFIX in files
             segment = self.new_segment(base, new_file=False)
             try:
                 segment.sanity_check(time_index_existed)
