@@ -78,6 +78,7 @@ def _load_libc() -> ctypes.CDLL | None:
 
 
 _LIBC = _load_libc()
+_LAZY_MAP_LOCK = threading.Lock()
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _MS_SYNC = 4  # Linux
 
@@ -205,6 +206,8 @@ class IndexBase:
         self.writable = writable
         self._mm: FileMapping | None = None
         self._length = 0
+        self._closed = False
+        self._dirty = False  # entries stored through a mapping since closed, not yet synced (see `flush`)
         self._cols: tuple[array, array] | None = None
         created = False
         if writable:
@@ -221,7 +224,7 @@ class IndexBase:
                     os.unlink(self._path)
                     raise ValueError(f"invalid max index size {max_index_size} for {self._path}")
                 os.ftruncate(fd, round_down(max_index_size, self.entry_size))
-            self._map(fd)
+            self._length = os.fstat(fd).st_size
         finally:
             os.close(fd)
         # a new file holds no entries; an existing one is trusted whole (hence the trim on roll/close)
@@ -267,12 +270,22 @@ class IndexBase:
     # --- entries ---------------------------------------------------------------------------------
 
     def _mapping(self) -> FileMapping:
-        """The mapping, for code that reads or writes entries. It is None only for an empty file (which
-        has no entries, so no caller gets here) and after close: that gets ValueError, as from a closed
-        mapping."""
+        """The mapping, for code that reads or writes entries, made at the first such use: a broker with
+        thousands of idle partitions then maps none of their (empty, preallocated) active indexes, which
+        saves two mmaps and about 2 KiB each. After close this raises ValueError, as a closed mapping does."""
         mm = self._mm
         if mm is None:
-            raise ValueError(f"index {self._path} is closed")
+            with _LAZY_MAP_LOCK:  # a fetch's lookup and an append may both come first: map once
+                if self._mm is None:
+                    if self._closed or self._length == 0:
+                        raise ValueError(f"index {self._path} is closed")
+                    fd = os.open(self._path, os.O_RDWR if self.writable else os.O_RDONLY)
+                    try:
+                        self._map(fd)
+                    finally:
+                        os.close(fd)
+                mm = self._mm
+                assert mm is not None
         return mm
 
     def _relative(self, offset: int) -> int:
@@ -284,11 +297,22 @@ class IndexBase:
     def _read(self, n: int) -> tuple[int, int]:
         if not 0 <= n < self._entries:
             raise IndexError(f"attempt to fetch entry {n} from index {self._path}, which has {self._entries} entries")
+        if self._mm is None and not self._closed:
+            # one entry of an index not mapped yet (its last, read when it is opened or resized): a pread,
+            # so that idle partitions keep no mapping
+            fd = os.open(self._path, os.O_RDONLY)
+            try:
+                raw = os.pread(fd, self.entry_size, n * self.entry_size)
+            finally:
+                os.close(fd)
+            if len(raw) == self.entry_size:
+                return self._entry.unpack(raw)
         return self._mapping().unpack_from(self._entry, n * self.entry_size)
 
     def _write(self, first: int, second: int) -> None:
         """Store one entry in the next free slot; the caller has checked room and order."""
         self._mapping().pack_into(self._entry, self._entries * self.entry_size, first, second)
+        self._dirty = True
         cols = self._cols
         if cols is not None:
             cols[0].append(first)
@@ -322,6 +346,7 @@ class IndexBase:
         rows["second"] = seconds[:n]
         at = self._entries * self.entry_size
         self._mapping().write(at, rows.tobytes())
+        self._dirty = True
         if self._cols is not None:
             self._cols[0].extend(firsts[:n].tolist())
             self._cols[1].extend(seconds[:n].tolist())
@@ -381,11 +406,11 @@ class IndexBase:
         size = round_down(new_size, self.entry_size)
         if size == self._length:
             return False
-        self._unmap()
+        self._unmap()  # mapped again at the next use of an entry (`_mapping`)
         fd = os.open(self._path, os.O_RDWR)
         try:
             os.ftruncate(fd, size)
-            self._map(fd)
+            self._length = os.fstat(fd).st_size
         finally:
             os.close(fd)
         if self._entries > self.max_entries:
@@ -404,14 +429,25 @@ class IndexBase:
         self.resize(self.max_index_size)
 
     def flush(self) -> None:
+        """Sync the entries to disk: through the mapping, or, when entries written through an earlier mapping
+        were unmapped since (a resize), with an fsync of the file, which writes back the same pages."""
         if self._mm is not None:
             self._mm.flush()
+        elif self._dirty and not self._closed:
+            fd = os.open(self._path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._dirty = False
 
     def close(self) -> None:
         """Release the mapping. This does not trim: call `trim_to_valid_size` first when the file is final."""
+        self._closed = True
         self._unmap()
 
     def delete_if_exists(self) -> bool:
+        self._closed = True
         self._unmap()
         try:
             self._path.unlink()
