@@ -17,6 +17,7 @@ from kafkalite.scheduler import MockScheduler
 from kafkalite.storage.index_base import FileMapping
 from kafkalite.storage.offset_index import OffsetIndex
 from tests.support import T0
+from tests.support.logs import records_in
 
 PARTITIONS = 200
 
@@ -64,3 +65,59 @@ def test_a_mapping_outlives_its_descriptor_and_fails_cleanly_once_closed(tmp_pat
     mapping.close()
     with pytest.raises(ValueError, match="closed"):
         mapping.read(0, 8)
+
+
+def index_mappings(directory) -> list[str]:
+    """Lines of /proc/self/maps that map an index file under `directory`."""
+    with open("/proc/self/maps") as f:
+        return [line for line in f if str(directory) in line and (".index" in line or ".timeindex" in line)]
+
+
+@pytest.mark.skipif(not os.path.isfile("/proc/self/maps"), reason="reads mappings through /proc")
+def test_idle_partitions_map_no_index_until_one_is_used(tmp_path):
+    """Loaded logs keep their active indexes unmapped (preallocated on disk as Kafka does) until an entry is
+    read or written: a broker with thousands of idle partitions then holds no mapping for them."""
+    lm = LogManager([tmp_path], scheduler=MockScheduler(MockClock(T0)))
+    for p in range(20):
+        lg = lm.get_or_create_log("t", p)
+        for i in range(3):  # 6 KB: one offset index entry and, at close, a time index entry
+            lg.append_as_leader(build_batch([SimpleRecord(b"k%d" % i, b"v" * 2000, T0 + i)]))
+    lm.shutdown()
+    lm = LogManager([tmp_path], scheduler=MockScheduler(MockClock(T0)))
+    try:
+        assert index_mappings(tmp_path) == []
+        lg = lm.get_log("t", 3)
+        index_path = lg.active_segment.offset_index_path
+        assert os.path.getsize(index_path) == lg.config.segment_index_bytes  # preallocated, as after Kafka's load
+        assert lg.read(1, 10_000).size > 0  # a fetch looks its offset up
+        for i in range(2):  # the second gets an index entry
+            lg.append_as_leader(build_batch([SimpleRecord(b"k", b"v" * 5000, T0 + 9 + i)]))
+        mapped = index_mappings(tmp_path)
+        assert mapped and all("t-3/" in line for line in mapped), mapped
+        assert [r.offset for r in records_in(lg)] == [0, 1, 2, 3, 4]
+    finally:
+        lm.shutdown()
+    lm = LogManager([tmp_path], scheduler=MockScheduler(MockClock(T0)))
+    try:
+        lg = lm.get_log("t", 3)
+        assert lg.active_segment.offset_index.entries == 2  # both entries survived unmapping and the restart
+        assert [r.offset for r in records_in(lg)] == [0, 1, 2, 3, 4]
+        assert lg.read(4, 10_000).size > 0
+    finally:
+        lm.shutdown()
+
+
+def test_a_resized_index_keeps_its_entries_unmapped_and_maps_again_on_use(tmp_path):
+    idx = OffsetIndex(tmp_path / "00000000000000000000.index", 0, max_index_size=4096)
+    idx.append(5, 100)
+    idx.append(9, 300)
+    idx.trim_to_valid_size()  # unmaps
+    idx.flush()  # entries written through the dropped mapping reach the disk with an fsync of the file
+    assert idx.entries == 2 and idx.last_offset == 9
+    assert index_mappings(tmp_path) == []
+    assert idx.lookup(7).offset == 5  # mapped again on use
+    assert len(index_mappings(tmp_path)) == 1
+    idx.close()
+    assert index_mappings(tmp_path) == []
+    with pytest.raises(ValueError):
+        idx.entry(0)  # a closed index is not mapped again
