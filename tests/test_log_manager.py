@@ -211,3 +211,59 @@ def test_unclean_start_recovers_on_every_recovery_thread(tmp_path, caplog):
     assert len(lm.all_logs()) == 40
     assert len(threads) == wanted and all(t.startswith("log-recovery") for t in threads), threads
     lm.shutdown()
+
+
+WIDE_WRITER = r"""
+import sys
+from kafkalite.manager.log_manager import LogManager
+from kafkalite.records import SimpleRecord, build_batch
+from kafkalite.scheduler import MockScheduler
+from kafkalite.clock import MockClock
+lm = LogManager([sys.argv[1]], scheduler=MockScheduler(MockClock()))
+for p in range(24):
+    lg = lm.get_or_create_log("wide", p)
+    for i in range(60):  # ~60 KB: several index entries in the active segment's preallocated indexes
+        lg.append_as_leader(build_batch([SimpleRecord(b"k", b"%d-%d-" % (p, i) + b"x" * 1000, 1700000000000)]))
+    if p % 2:
+        lg.flush(include_active=True)
+lm.checkpoint_recovery_offsets()  # odd partitions flushed: recovery resumes at their recovery point
+print("ready", flush=True)
+import time
+time.sleep(60)
+"""
+
+
+def test_recovery_after_kill_9_cuts_every_torn_tail_on_parallel_threads(tmp_path, caplog):
+    """kill -9 of a writer leaves preallocated indexes and, here, a torn batch at the end of every other
+    partition: the parallel recovery (several threads, each segment recovered once although its index check
+    also fails) cuts each torn tail, keeps every whole batch and leaves logs that take appends."""
+    import logging
+
+    d = tmp_path / "d"
+    proc = subprocess.Popen([sys.executable, "-c", WIDE_WRITER, str(d)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not has_clean_shutdown_marker(d)
+    sizes = {}
+    for p in range(24):
+        path = d / f"wide-{p}" / "00000000000000000000.log"
+        sizes[p] = path.stat().st_size
+        if p % 3 == 0:
+            with open(path, "ab") as f:  # a batch cut mid-write: its header promises more bytes than follow
+                f.write(bytes(build_batch([SimpleRecord(b"k", b"torn" * 300, T0)]))[:700])
+    caplog.set_level(logging.INFO)
+    lm, _ = manager([d])
+    try:
+        recovered = [r for r in caplog.records if "recovering unflushed segment" in r.getMessage()]
+        assert len({r.threadName for r in recovered}) > 1
+        assert len(recovered) == 24  # once each, flushed or not: the active segment holds the recovery point
+        for p in range(24):
+            lg = lm.get_log("wide", p)
+            assert lg.log_end_offset == 60, p
+            assert lg.active_segment.size == sizes[p], p  # the torn tail is cut, nothing whole is lost
+            assert [r.value[: len(b"%d-59-" % p)] for r in records_in(lg)][-1] == b"%d-59-" % p
+            assert lg.append_as_leader(batch(60)).first_offset == 60
+            assert [r.offset for r in records_in(lg)] == list(range(61))
+    finally:
+        lm.shutdown()
