@@ -28,6 +28,7 @@ from typing import Generic, TypeVar
 
 from kafkalite.errors import KafkaStorageError
 from kafkalite.storage.leader_epoch import EpochEntry
+from kafkalite.storage.names import as_path
 
 log = logging.getLogger("kafkalite.storage")
 
@@ -204,7 +205,7 @@ class CheckpointFile(Generic[T]):
     """
 
     def __init__(self, path: StrPath, version: int, entry_format: EntryFormat[T]) -> None:
-        self.path = Path(path)
+        self.path = as_path(path)
         self.version = version
         self._format = entry_format
         self._lock = threading.Lock()

@@ -30,6 +30,7 @@ from kafkalite.records.batch import (
     RECORD_BATCH_OVERHEAD,
     RecordBatch,
 )
+from kafkalite.storage.names import as_path
 
 MAX_FILE_SIZE = (1 << 31) - 1  # FileRecords refuses larger files: positions are int32 in the index
 MIN_BATCH_LENGTH = 14  # a length field below this cannot frame any message format
@@ -120,7 +121,7 @@ class FileRecords:
         preallocate: bool = False,
         init_file_size: int = 0,
     ) -> None:
-        self._path = Path(path)
+        self._path = as_path(path)
         existed = self._path.exists()
         flags = (os.O_RDWR | os.O_CREAT) if mutable else os.O_RDONLY
         self._fd = os.open(self._path, flags, 0o644)

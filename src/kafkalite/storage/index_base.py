@@ -35,6 +35,7 @@ from typing import ClassVar
 import numpy as np
 
 from kafkalite.errors import CorruptIndexError, IndexOffsetOverflowError
+from kafkalite.storage.names import as_path
 
 MAX_RELATIVE_OFFSET = (1 << 31) - 1
 _TYPECODE_BY_WIDTH = {4: "i", 8: "q"}
@@ -200,7 +201,7 @@ class IndexBase:
     def __init__(
         self, path: Path | str, base_offset: int, max_index_size: int = 10485760, writable: bool = True
     ) -> None:
-        self._path = Path(path)
+        self._path = as_path(path)
         self.base_offset = base_offset
         self.max_index_size = max_index_size
         self.writable = writable

@@ -62,6 +62,7 @@ from kafkalite.storage.leader_epoch import LeaderEpochCache
 from kafkalite.storage.log_config import LogConfig
 from kafkalite.storage.log_loader import LogLoader, rebuild_producer_state
 from kafkalite.storage.metadata import FetchDataInfo, LogOffsetMetadata
+from kafkalite.storage.names import as_path
 from kafkalite.storage.producer_state import AppendOrigin, ProducerStateManager
 from kafkalite.storage.read_only import load_read_only
 from kafkalite.storage.segment import LogSegment
@@ -153,7 +154,7 @@ class Log:
         data dir lock as `dir_lock` instead. `read_only=True` (see `open_read_only`) takes no lock and
         changes nothing on disk.
         """
-        self.dir = Path(directory)
+        self.dir = as_path(directory)
         self.topic, self.partition = names.parse_topic_partition_name(self.dir.name)
         self.update_config(config)
         self.scheduler = scheduler

@@ -28,6 +28,12 @@ MAX_DIR_NAME_LENGTH = 255
 _DIR_WITH_SUFFIX = re.compile(r"^(\S+)-(\S+)\.(\S+)(-delete|-future|-stray)$")
 
 
+def as_path(p: Path | str) -> Path:
+    """`p` as a Path, the same object when it already is one: `Path(path)` copies it (its parts list and cached
+    string), and every partition keeps a dozen paths, which a broker with thousands of partitions pays for."""
+    return p if isinstance(p, Path) else Path(p)
+
+
 def filename_prefix_from_offset(offset: int) -> str:
     """The 20-digit zero-padded decimal offset every segment-level file name starts with."""
     return f"{offset:020d}"

@@ -52,6 +52,7 @@ from kafkalite.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, RecordBatch
 from kafkalite.records.control import ControlRecordType, EndTransactionMarker, end_txn_marker_of
 from kafkalite.records.record import MAX_SEQUENCE, decrement_sequence
 from kafkalite.storage import names
+from kafkalite.storage.names import as_path
 from kafkalite.storage.producer_snapshot import (
     NO_COORDINATOR_EPOCH,
     NO_OFFSET,
@@ -197,7 +198,7 @@ class ProducerStateManager:
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.log_dir = Path(log_dir)
+        self.log_dir = as_path(log_dir)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.clock = clock
         self._producers: dict[int, ProducerStateEntry] = {}

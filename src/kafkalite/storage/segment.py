@@ -33,6 +33,7 @@ from kafkalite.storage import names
 from kafkalite.storage.file_records import FileRecords, LogOffsetPosition, TimestampAndOffset, ValidBatches
 from kafkalite.storage.index_base import round_down
 from kafkalite.storage.metadata import FetchDataInfo, LogOffsetMetadata
+from kafkalite.storage.names import as_path
 from kafkalite.storage.offset_index import OffsetIndex, OffsetPosition
 from kafkalite.storage.time_index import TimeIndex
 from kafkalite.storage.txn_index import AbortedTxn, TransactionIndex
@@ -228,7 +229,7 @@ class LogSegment:
         file_suffix: str = "",
     ) -> None:
         self.log = log_file
-        self.dir = Path(directory)
+        self.dir = as_path(directory)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.max_index_size = max_index_size

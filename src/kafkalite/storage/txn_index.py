@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kafkalite.errors import CorruptIndexError, InvalidOffsetError
+from kafkalite.storage.names import as_path
 
 CURRENT_VERSION = 0
 ENTRY_SIZE = 34
@@ -60,7 +61,7 @@ class AbortedTxn:
 class TransactionIndex:
     def __init__(self, start_offset: int, path: Path | str) -> None:
         self.start_offset = start_offset
-        self._path = Path(path)
+        self._path = as_path(path)
         self._fd: int | None = None
         # the last entry's last offset, which the next append must exceed; read from the file on first append
         self._last_offset: int | None = None
