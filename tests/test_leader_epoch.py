@@ -23,9 +23,10 @@ class CountingCheckpoint:
     def read(self) -> list[EpochEntry]:
         return list(self.stored)
 
-    def write(self, entries: list[EpochEntry]) -> None:
+    def write(self, entries: list[EpochEntry], durable: bool = True) -> None:
         self.stored = list(entries)
         self.writes += 1
+        self.durable = durable
 
 
 def cache_with(*pairs: tuple[int, int]) -> LeaderEpochCache:
@@ -79,7 +80,11 @@ def test_assign_flushes_synchronously_only_when_changed() -> None:
     assert store.writes == 1 and store.stored == [EpochEntry(2, 6)]
     assert not cache.assign(2, 7)
     assert not cache.assign(2, 6)
-    assert store.writes == 1
+    assert store.writes == 1 and not store.durable  # written at once, fsynced by `sync` (the log's flush)
+    cache.sync()
+    assert store.writes == 2 and store.durable
+    cache.sync()
+    assert store.writes == 2
 
 
 def test_truncations_and_clear_rewrite_the_file(checkpoint: LeaderEpochCheckpointFile) -> None:
@@ -239,3 +244,37 @@ def test_end_offset_for_matches_definition(assigns: list[tuple[int, int]], reque
         higher = next(e for e in entries if e.epoch > requested)
         floor = [e for e in entries if e.epoch <= requested]
         assert result == ((floor[-1].epoch if floor else requested), higher.start_offset)
+
+
+def test_a_new_epoch_is_written_at_once_and_fsynced_before_the_recovery_point_passes_it(tmp_path, monkeypatch):
+    """A leader's first append of an epoch writes the checkpoint without fsync (two fsyncs per partition on the
+    event loop made a first produce to thousands of partitions take minutes); the log's flush makes it durable
+    before its recovery point moves past the entry, and a reopened log reads the entry either way."""
+    import os
+
+    from kafkalite.records import SimpleRecord, build_batch
+    from kafkalite.storage.log import Log
+    from kafkalite.storage.log_config import LogConfig
+
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    d = tmp_path / "t-0"
+    lg = Log(d, LogConfig())
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    lg.maybe_assign_epoch_start_offset(3, 0)
+    lg.append_as_leader(build_batch([SimpleRecord(b"k", b"v", 1_700_000_000_000)]), leader_epoch=3)
+    assert synced == []
+    assert LeaderEpochCheckpointFile(d / LEADER_EPOCH_CHECKPOINT_FILE).read() == [EpochEntry(3, 0)]
+    lg.flush(include_active=True)
+    assert len(synced) >= 2 and lg.recovery_point == 1
+    count = len(synced)
+    lg.flush(include_active=True)  # nothing new: no second rewrite of the checkpoint
+    assert len(synced) - count <= 1
+    lg.close()
+    with Log(d, LogConfig(), clean_shutdown=True, recovery_point=1) as reopened:
+        assert reopened.leader_epoch_cache.latest_entry == EpochEntry(3, 0)

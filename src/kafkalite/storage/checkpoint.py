@@ -103,11 +103,13 @@ def _writer_lock(path: Path) -> threading.Lock:
         return lock
 
 
-def atomic_write(path: StrPath, data: bytes) -> None:
+def atomic_write(path: StrPath, data: bytes, durable: bool = True) -> None:
     """Replace `path` with `data` so that a crash at any moment leaves the old or the new content.
 
     The bytes reach the disk (`.tmp` fsync) before the rename publishes them, and the directory
     fsync makes the rename itself durable; without either, a power loss can leave an empty file.
+    `durable=False` skips both fsyncs, for a file whose loss or emptiness after a power loss is
+    repaired at the next start (the caller writes it durably again before relying on it).
     """
     target = Path(path)
     tmp = target.with_name(target.name + TMP_SUFFIX)
@@ -115,14 +117,16 @@ def atomic_write(path: StrPath, data: bytes) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             _write_all(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         except BaseException:
             os.close(fd)
             tmp.unlink(missing_ok=True)
             raise
         os.close(fd)
         os.replace(tmp, target)
-    fsync_dir(target.parent)
+    if durable:
+        fsync_dir(target.parent)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -210,8 +214,8 @@ class CheckpointFile(Generic[T]):
         self._format = entry_format
         self._lock = threading.Lock()
 
-    def write(self, entries: Iterable[T]) -> None:
-        atomic_write(self.path, self.encode(entries))  # serialised per path, across instances
+    def write(self, entries: Iterable[T], durable: bool = True) -> None:
+        atomic_write(self.path, self.encode(entries), durable)  # serialised per path, across instances
 
     def read(self) -> list[T]:
         with self._lock:
@@ -356,8 +360,8 @@ class LeaderEpochCheckpointFile:
     def path(self) -> Path:
         return self._file.path
 
-    def write(self, entries: Iterable[EpochEntry]) -> None:
-        self._file.write(entries)
+    def write(self, entries: Iterable[EpochEntry], durable: bool = True) -> None:
+        self._file.write(entries, durable)
 
     def read(self) -> list[EpochEntry]:
         return self._file.read()

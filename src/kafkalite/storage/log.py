@@ -687,6 +687,7 @@ class Log:
             flush_offset = offset + 1 if inclusive else offset
             if self._closed or flush_offset <= self.recovery_point:
                 return
+            self.leader_epoch_cache.sync()  # durable before the recovery point passes its newest entries
             new_dir_entries = False
             for seg in self._segments_overlapping(self.recovery_point, flush_offset):
                 seg.flush()

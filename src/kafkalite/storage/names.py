@@ -6,6 +6,7 @@ these patterns, so every name in kafkalite is produced and parsed here and nowhe
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from pathlib import Path
@@ -28,7 +29,7 @@ MAX_DIR_NAME_LENGTH = 255
 _DIR_WITH_SUFFIX = re.compile(r"^(\S+)-(\S+)\.(\S+)(-delete|-future|-stray)$")
 
 
-def as_path(p: Path | str) -> Path:
+def as_path(p: Path | str | os.PathLike[str]) -> Path:
     """`p` as a Path, the same object when it already is one: `Path(path)` copies it (its parts list and cached
     string), and every partition keeps a dozen paths, which a broker with thousands of partitions pays for."""
     return p if isinstance(p, Path) else Path(p)
