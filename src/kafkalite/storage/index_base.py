@@ -209,6 +209,7 @@ class IndexBase:
         self._length = 0
         self._closed = False
         self._dirty = False  # entries stored through a mapping since closed, not yet synced (see `flush`)
+        self._peeking = False  # `_read` may pread instead of mapping (see `_peek_last`)
         self._cols: tuple[array, array] | None = None
         created = False
         if writable:
@@ -230,13 +231,21 @@ class IndexBase:
             os.close(fd)
         # a new file holds no entries; an existing one is trusted whole (hence the trim on roll/close)
         self._entries = 0 if created else self.max_entries
-        self._refresh_last()
+        self._peek_last()
 
     # --- subclass hooks -------------------------------------------------------------------------
 
     def _refresh_last(self) -> None:
         """Re-read whatever the subclass caches about its last entry after the entry count changed."""
         raise NotImplementedError
+
+    def _peek_last(self) -> None:
+        """`_refresh_last` without mapping the index for it."""
+        self._peeking = True
+        try:
+            self._refresh_last()
+        finally:
+            self._peeking = False
 
     # --- properties ------------------------------------------------------------------------------
 
@@ -298,9 +307,9 @@ class IndexBase:
     def _read(self, n: int) -> tuple[int, int]:
         if not 0 <= n < self._entries:
             raise IndexError(f"attempt to fetch entry {n} from index {self._path}, which has {self._entries} entries")
-        if self._mm is None and not self._closed:
-            # one entry of an index not mapped yet (its last, read when it is opened or resized): a pread,
-            # so that idle partitions keep no mapping
+        if self._peeking and self._mm is None and not self._closed:
+            # the last entry of an index not mapped yet, read when it is opened or resized: a pread, so that
+            # idle partitions keep no mapping (any other read maps the index, once)
             fd = os.open(self._path, os.O_RDONLY)
             try:
                 raw = os.pread(fd, self.entry_size, n * self.entry_size)
@@ -417,7 +426,7 @@ class IndexBase:
         if self._entries > self.max_entries:
             self._truncate_to_entries(self.max_entries)
         else:
-            self._refresh_last()
+            self._peek_last()
         return True
 
     def trim_to_valid_size(self) -> None:
