@@ -103,8 +103,10 @@ class KafkaApis:
 
     # --- cluster ----------------------------------------------------------------------------------
 
-    def _endpoint(self) -> tuple[str, int]:
-        li = self.config.advertised()[0]
+    def _endpoint(self, listener: str | None = None) -> tuple[str, int]:
+        """This broker's advertised address on `listener` (the first advertised listener when not given)."""
+        adv = self.config.advertised()
+        li = next((a for a in adv if a.name == listener), adv[0])
         return li.host, li.port
 
     def cluster_id(self) -> str:
@@ -437,8 +439,8 @@ class KafkaApis:
 
     # --- groups -----------------------------------------------------------------------------------
 
-    async def find_coordinator(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
-        host, port = self._endpoint()
+    async def find_coordinator(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:
+        host, port = self._endpoint(session.listener)
 
         def one(key: str, key_type: int) -> dict[str, Any]:
             if key_type == 1:

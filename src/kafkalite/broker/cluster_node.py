@@ -27,6 +27,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from kafkalite.broker.apis import CloseConnection, KafkaApis
@@ -60,6 +61,7 @@ from kafkalite.errors import (
 )
 from kafkalite.protocol import ApiKey, ErrorCode, PreEncoded, RequestHeader, encode_response_body
 from kafkalite.security.session import Session
+from kafkalite.security.transport import ClientSecurity
 
 log = logging.getLogger("kafkalite.broker.cluster")
 
@@ -101,15 +103,18 @@ class ClusterNode:
         self.store = store
         self.single = not config.get("zookeeper.connect")
         self.local_failures: dict[tuple[str, int], tuple[int, str]] = {}  # partitions LeaderAndIsr could not host
-        adv = config.advertised()[0]
-        self.listener = adv.name
+        # Other brokers are reached on the inter-broker listener; clients are told the endpoints of the
+        # listener their request arrived on (session.listener), as Kafka does.
+        self.listener = config.inter_broker_listener().name
+        self.security = ClientSecurity.for_inter_broker(config)
         self.registration = z.BrokerRegistration(
-            self.node_id, tuple(z.Endpoint(li.name, li.host, li.port) for li in config.advertised()),
+            self.node_id, tuple(z.Endpoint(li.name, li.host, li.port, config.security_protocol(li.name))
+                                for li in config.advertised()),
             config.get("broker.rack") or None)
         self.cache = MetadataCache(self.listener)
         self.controller = Controller(self.store, self.node_id,
                                      ControllerSettings(config.get("unclean.leader.election.enable"),
-                                                        config.inter_broker_listener().name,
+                                                        self.listener, security=self.security,
                                                         **_operations_settings(config)),
                                      topic_unclean=self._topic_unclean, initial_epoch=self._initial_epoch)
         self.broker_epoch = -1
@@ -123,7 +128,7 @@ class ClusterNode:
         self._seen_changes: set[str] = set()
         self._changes_primed = False
         self._config_tasks: set[asyncio.Task[None]] = set()
-        self.fetchers = ReplicaFetcherManager(FetcherSettings.from_config(config),
+        self.fetchers = ReplicaFetcherManager(replace(FetcherSettings.from_config(config), security=self.security),
                                               lambda t, p: replicas.partitions.get((t, p)),
                                               replicas.io_failed)
         self._stopping = asyncio.Event()
@@ -550,7 +555,8 @@ class ClusterNode:
             else:
                 try:
                     answer = await request_once(controller.host, controller.port, ApiKey.CONTROLLED_SHUTDOWN, 3,
-                                                {"broker_id": self.node_id, "broker_epoch": self.broker_epoch})
+                                                {"broker_id": self.node_id, "broker_epoch": self.broker_epoch},
+                                                security=self.security)
                     took_ms = (time.monotonic() - started) * 1000
                     remaining = [f"{r['topic_name']}-{r['partition_index']}" for r in answer["remaining_partitions"]]
                     if answer["error_code"] != E.NONE:
@@ -583,14 +589,14 @@ class ClusterNode:
         questions come again and again (every client refreshes its metadata periodically)."""
         requested = body.get("topics")
         names = None if requested is None else tuple((t.get("name"), t.get("topic_id")) for t in requested)
-        key = (h.api_version, names, bool(body.get("allow_auto_topic_creation", True)))
+        key = (h.api_version, names, bool(body.get("allow_auto_topic_creation", True)), session.listener)
         if self._metadata_seen != self.cache.updates:
             self._metadata_answers.clear()
             self._metadata_seen = self.cache.updates
         hit = self._metadata_answers.get(key)
         if hit is not None:
             return hit
-        out = await self._metadata(h, body)
+        out = await self._metadata(h, body, session.listener)
         if self._metadata_seen == self.cache.updates and not self._auto_created and \
                 all(t["error_code"] == E.NONE for t in out["topics"]):
             if len(self._metadata_answers) >= METADATA_ANSWERS_KEPT:
@@ -598,7 +604,7 @@ class ClusterNode:
             self._metadata_answers[key] = encode_response_body(ApiKey.METADATA, h.api_version, out)
         return out
 
-    async def _metadata(self, h: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+    async def _metadata(self, h: RequestHeader, body: dict[str, Any], listener: str) -> dict[str, Any]:
         v = h.api_version
         requested = body.get("topics")
         self._auto_created = False
@@ -619,8 +625,8 @@ class ClusterNode:
                     continue
             topics.append(await self._topic_metadata(name, auto))
         return {"throttle_time_ms": 0, "cluster_id": self.apis.cluster_id(), "controller_id": cache.controller_id,
-                "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-                            for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)],
+                "brokers": [{"node_id": b, "host": host, "port": port, "rack": rack}
+                            for b, host, port, rack in self._brokers_on(listener)],
                 "topics": topics, "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED, "error_code": E.NONE}
 
     async def _topic_metadata(self, name: str, auto_create: bool) -> dict[str, Any]:
@@ -653,11 +659,20 @@ class ClusterNode:
         return {"error_code": E.NONE, "name": name, "topic_id": cached.topic_id, "is_internal": name in INTERNAL_TOPICS,
                 "partitions": parts, "topic_authorized_operations": AUTHORIZED_OPS_OMITTED}
 
-    async def describe_cluster(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
+    def _brokers_on(self, listener: str) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of each live broker on `listener`; brokers without it are left out (Kafka)."""
+        out = []
+        for b in sorted(self.cache.brokers.values(), key=lambda b: b.broker_id):
+            addr = b.address(listener)
+            if addr is not None:
+                out.append((b.broker_id, addr[0], addr[1], b.rack))
+        return out
+
+    async def describe_cluster(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:
         out = {"throttle_time_ms": 0, "error_code": E.NONE, "error_message": None, "endpoint_type": 1,
                "cluster_id": self.apis.cluster_id(), "controller_id": self.cache.controller_id,
-               "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-                           for b in sorted(self.cache.brokers.values(), key=lambda b: b.broker_id)],
+               "brokers": [{"broker_id": b, "host": host, "port": port, "rack": rack}
+                           for b, host, port, rack in self._brokers_on(session.listener)],
                "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED}
         if body.get("endpoint_type", 1) != 1:
             out.update(error_code=E.UNSUPPORTED_ENDPOINT_TYPE, brokers=[],
@@ -1037,12 +1052,13 @@ class ClusterNode:
         for key in keys:
             leader = self.cache.leader(OFFSETS_TOPIC, coordinator_key_partition(key, n)) if n else -1
             b = self.cache.brokers.get(leader)
-            if b is None:
+            addr = b.address(session.listener) if b is not None else None
+            if b is None or addr is None:
                 out.append({"key": key, "error_code": E.COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "",
                             "port": -1, "error_message": why or "the group's coordinator partition has no leader"})
             else:
-                out.append({"key": key, "error_code": E.NONE, "node_id": b.broker_id, "host": b.host,
-                            "port": b.port, "error_message": None})
+                out.append({"key": key, "error_code": E.NONE, "node_id": b.broker_id, "host": addr[0],
+                            "port": addr[1], "error_message": None})
         if h.api_version >= 4:
             return {"throttle_time_ms": 0, "coordinators": out}
         return {"throttle_time_ms": 0, **out[0]}

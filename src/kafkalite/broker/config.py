@@ -61,9 +61,11 @@ class BrokerConfig:
         refusals = registry.security_refusals(self.props)
         if refusals:
             raise InvalidConfigError(refusals[0])
-        for name in self.props:
+        for name, raw in self.props.items():
             if name in KEYS:
                 self.get(name)
+            elif (per_listener := registry.listener_key(name)) and per_listener[1] in KEYS:
+                registry.parse(per_listener[1], raw)
         protocols = parse_protocol_map(self.get("listener.security.protocol.map"))
         check_protocols(self.listeners(), protocols, "listeners")
         given = self.get("advertised.listeners")
@@ -95,7 +97,8 @@ class BrokerConfig:
         name), or known to Kafka but without effect here. Logged by `kafkalite serve` at WARNING."""
         out = []
         for name in self.props:
-            key = KEYS.get(name)
+            per_listener = registry.listener_key(name)
+            key = KEYS.get(per_listener[1] if per_listener and per_listener[1] in KEYS else name)
             if key is None:
                 out.append(registry.unknown_key_warning(name))
             elif key.effect == "none":
@@ -127,6 +130,12 @@ class BrokerConfig:
         """The protocol a listener speaks (listener.security.protocol.map; validate() checked it is mapped)."""
         return parse_protocol_map(self.get("listener.security.protocol.map"))[listener_name]
 
+    def listener_prop(self, listener: str, name: str) -> Any:
+        """`name` for one listener: Kafka's per-listener override `listener.name.<listener lower-case>.<name>`
+        (ListenerName.configPrefix) when set, else the broker-wide value."""
+        raw = self.props.get(f"listener.name.{listener.lower()}.{name}")
+        return self.get(name) if raw is None else registry.parse(name, raw)
+
     def inter_broker_listener(self) -> Listener:
         """The advertised listener other brokers reach this one on (Kafka's interBrokerListenerName):
         inter.broker.listener.name, else the listener named as security.inter.broker.protocol. Refused,
@@ -139,6 +148,8 @@ class BrokerConfig:
         for li in adv:
             if li.name == name:
                 return li
+        if not self.get("zookeeper.connect") and not self.get("inter.broker.listener.name"):
+            return adv[0]  # a single broker, its own controller, reaches itself on its first listener
         raise InvalidConfigError(f"Invalid value {name} for configuration {key}: the inter-broker listener must be "
                                  f"one of advertised.listeners ({', '.join(li.name for li in adv)})")
 

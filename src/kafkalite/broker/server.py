@@ -4,7 +4,13 @@ connection moved through a `protocol.connection.ServerConnection` (framing, deco
 Each connection handles one request at a time, in order (Kafka mutes a channel until its response is
 sent), so pipelined requests get their responses in sequence and a long-polling fetch holds up only its
 own connection. A frame that is too large or does not parse closes that connection and nothing else.
-Record bytes of fetch responses go from the segment file to the socket with sendfile(2).
+Record bytes of fetch responses go from the segment file to the socket with sendfile(2); on a TLS listener
+(where the kernel cannot encrypt) they are read into one buffer per chunk and written through the TLS
+transport: one copy per byte in Python before OpenSSL encrypts it.
+
+A TLS listener does its handshake on the accepted connection (`StreamWriter.start_tls`), so a failed handshake
+(no or untrusted client certificate, a plaintext client on the TLS port) is logged once with the peer and
+the reason and closes only that connection; a client certificate's subject becomes the session's principal.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import gc
 import logging
 import os
 import socket
+import ssl
 import time
 from typing import Any, Literal
 
@@ -37,9 +44,12 @@ from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol import FileRegion
 from kafkalite.protocol.connection import InvalidReceiveError, RefusedRequest, Reply, ServerConnection
 from kafkalite.security.session import Session
+from kafkalite.security.tls import TlsSettings, peer_principal, server_context
 
 log = logging.getLogger("kafkalite.broker")
-
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+TLS_HANDSHAKE_TIMEOUT_S = 30.0
+TLS_COPY_CHUNK = 1 << 20  # record bytes read per write on a TLS connection (bounds the buffer, not the copy count)
 
 
 class Broker:
@@ -72,8 +82,10 @@ class Broker:
         cfg = self.config
         # Bound first (not yet listening, so clients see nothing): a port in use then fails before any
         # data dir is locked, recovered or marked.
+        contexts = {li.name: listener_tls_context(cfg, li.name) for li in cfg.listeners()}
         for li in cfg.listeners():
-            handler = functools.partial(self._on_connection, li.name, cfg.security_protocol(li.name))
+            handler = functools.partial(self._on_connection, li.name, cfg.security_protocol(li.name),
+                                        contexts[li.name])
             self._servers.append(await _bind(handler, li.host, li.port))
         _check_data_dirs(cfg)
         try:
@@ -93,11 +105,11 @@ class Broker:
         self.admin = TopicAdmin(self.replicas)
         self.admin.adopt_logs()
         if any(li.port == 0 for li in cfg.advertised()):
-            # Listening on an ephemeral port (tests): advertise the port the OS picked.
-            port = self.addresses()[0][1]
-            adv = cfg.advertised()[0]
-            cfg = self.config = BrokerConfig.load(None, {**cfg.props,
-                                                         "advertised.listeners": f"{adv.name}://{adv.host}:{port}"})
+            # Listening on ephemeral ports (tests): advertise the ports the OS picked, listener by listener.
+            bound = dict(zip([li.name for li in cfg.listeners()], [s.sockets[0].getsockname()[1]
+                                                                   for s in self._servers], strict=True))
+            adv = ",".join(f"{li.name}://{li.host}:{li.port or bound.get(li.name, 0)}" for li in cfg.advertised())
+            cfg = self.config = BrokerConfig.load(None, {**cfg.props, "advertised.listeners": adv})
         self.coordinator = await self._start_coordinator()
         self.apis = KafkaApis(cfg, self.replicas, self.coordinator, self.admin)
         self.logs.startup()
@@ -213,8 +225,8 @@ class Broker:
                         writer.close()
                     self._last_active.pop(task, None)
 
-    async def _on_connection(self, listener: str, protocol: str, reader: asyncio.StreamReader,
-                             writer: asyncio.StreamWriter) -> None:
+    async def _on_connection(self, listener: str, protocol: str, tls: ssl.SSLContext | None,
+                             reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -226,7 +238,15 @@ class Broker:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            await self._serve(reader, writer, Session(host=host, listener=listener, protocol=protocol))
+            session = Session(host=host, listener=listener, protocol=protocol)
+            if tls is not None:
+                # No await before this point: the client's first TLS bytes must reach the TLS protocol.
+                principal = await _handshake(writer, tls, peer, listener)
+                if principal is False:
+                    return
+                if principal is not None:
+                    session.principal = principal
+            await self._serve(reader, writer, session)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
         except asyncio.CancelledError:
@@ -292,7 +312,10 @@ class Broker:
                 if isinstance(part, FileRegion):
                     with open(part.fd, "rb", buffering=0, closefd=True) as f:  # owns (and closes) the dup'd fd
                         await writer.drain()
-                        sent = await loop.sendfile(writer.transport, f, part.position, part.size)
+                        if writer.get_extra_info("sslcontext") is not None:  # TLS: no sendfile
+                            sent = await _write_region_copied(writer, f.fileno(), part.position, part.size)
+                        else:
+                            sent = await loop.sendfile(writer.transport, f, part.position, part.size)
                     if sent != part.size:  # the file shrank under us: the frame can't be completed
                         raise ConnectionError(f"sent {sent} of {part.size} record bytes")
                 else:
@@ -302,6 +325,47 @@ class Broker:
             for part in parts[i:]:
                 if isinstance(part, FileRegion):
                     os.close(part.fd)
+
+
+def listener_tls_context(cfg: BrokerConfig, listener: str) -> ssl.SSLContext | None:
+    """The server context of an SSL / SASL_SSL listener from its ssl.* settings (per-listener overrides
+    first); None for the others. A bad setting raises InvalidConfigError naming the listener and key."""
+    if cfg.security_protocol(listener) not in TLS_PROTOCOLS:
+        return None
+    return server_context(TlsSettings.read(functools.partial(cfg.listener_prop, listener),
+                                           where=f"listener {listener}"))
+
+
+async def _handshake(writer: asyncio.StreamWriter, tls: ssl.SSLContext, peer: Any, listener: str
+                     ) -> str | Literal[False] | None:
+    """The server side of the TLS handshake: the client certificate's principal (None without one), or False
+    when the handshake failed, logged once with the peer and OpenSSL's reason."""
+    try:
+        await writer.start_tls(tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+    except (ssl.SSLError, OSError, TimeoutError, EOFError) as exc:
+        reason = getattr(exc, "reason", None) or getattr(exc, "verify_message", None) or str(exc) or \
+            type(exc).__name__
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            reason = f"client certificate refused: {exc.verify_message}"
+        log.warning("TLS handshake with %s on listener %s failed, closing the connection: %s", peer, listener,
+                    reason)
+        return False
+    return peer_principal(writer.get_extra_info("ssl_object"))
+
+
+async def _write_region_copied(writer: asyncio.StreamWriter, fd: int, position: int, size: int) -> int:
+    """Record bytes through a TLS transport: each chunk read once into a new buffer (the transport may keep a
+    reference until OpenSSL has taken it) and written; returns the bytes sent (less if the file shrank)."""
+    sent = 0
+    while sent < size:
+        buf = bytearray(min(size - sent, TLS_COPY_CHUNK))
+        got = os.preadv(fd, [buf], position + sent)
+        if got <= 0:
+            break
+        writer.write(memoryview(buf)[:got] if got < len(buf) else buf)
+        sent += got
+        await writer.drain()
+    return sent
 
 
 def cluster_store(cfg: BrokerConfig) -> ClusterStore:

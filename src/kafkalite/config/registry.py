@@ -11,7 +11,9 @@ this table rather than keeping their own. The `log.*` topic defaults are derived
 - "used": read by kafkalite;
 - "none": a Kafka key we recognise but that changes nothing in kafkalite (a single broker, one asyncio loop,
   features not built yet): setting it logs a WARNING naming it and why.
-Security keys (TLS, SASL, ACLs) are refused outright: see `security_refusals`.
+TLS keys (`ssl.*`, also per listener as `listener.name.<name>.ssl.*`) are real (security/tls.py reads them);
+SASL keys and the authorizer are refused outright until implemented, as is any `ssl.*` key kafkalite cannot
+honour: see `security_refusals`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafkalite.config.listeners import DEFAULT_PORT, NOT_IMPLEMENTED
+from kafkalite.config.listeners import DEFAULT_PORT, IMPLEMENTED_PROTOCOLS, NOT_IMPLEMENTED
 from kafkalite.storage.log_config import (
     BROKER_UNIT_KEYS,
     BROKER_UNIT_MINIMUM,
@@ -38,6 +40,12 @@ from kafkalite.storage.log_config import (
 
 DEFAULT_DATA_DIR = "kafkalite-data"
 COMPRESSION_CODECS = (0, 1, 2, 3, 4)  # none, gzip, snappy, lz4, zstd
+TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")  # what ssl.enabled.protocols may name (Kafka's default list)
+# ssl.* keys Kafka has that kafkalite cannot honour: refused when set rather than ignored.
+SSL_REFUSED = {
+    "ssl.engine.factory.class": "TLS is Python's ssl module (OpenSSL); no pluggable SSL engine",
+    "ssl.provider": "TLS is Python's ssl module (OpenSSL); no JCA security provider",
+}
 
 
 def _any(_: Any) -> str | None:
@@ -48,8 +56,19 @@ def _codec(v: Any) -> str | None:
     return None if v in COMPRESSION_CODECS else "0 (none), 1 (gzip), 2 (snappy), 3 (lz4) or 4 (zstd)"
 
 
-def _plaintext(v: Any) -> str | None:
-    return None if v.upper() == "PLAINTEXT" else NOT_IMPLEMENTED
+def _inter_broker_protocol(v: Any) -> str | None:
+    return None if v.upper() in IMPLEMENTED_PROTOCOLS else f"{v} between brokers: {NOT_IMPLEMENTED}"
+
+
+def _one_of(*allowed: str) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        return None if str(v).lower() in allowed else f"Value must be one of {', '.join(allowed)}"
+    return check
+
+
+def _tls_versions(v: Any) -> str | None:
+    bad = [p for p in v if p not in TLS_VERSIONS]
+    return f"{', '.join(bad)}: supported are {', '.join(TLS_VERSIONS)}" if bad else None
 
 
 def _ibp(v: Any) -> str | None:
@@ -97,9 +116,9 @@ _BROKER: tuple[BrokerKey, ...] = (
     _k("advertised.listeners", "str", "", "addresses given to clients in Metadata (default: listeners)"),
     _k("listener.security.protocol.map", "str",
        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-       "listener name -> security protocol (only PLAINTEXT is implemented)"),
-    _k("security.inter.broker.protocol", "str", "PLAINTEXT", "protocol between brokers (only PLAINTEXT)",
-       _plaintext),
+       "listener name -> security protocol"),
+    _k("security.inter.broker.protocol", "str", "PLAINTEXT", "protocol between brokers (the listener of that "
+       "name, when inter.broker.listener.name is not set)", _inter_broker_protocol),
     _k("authorizer.class.name", "str", "", "ACL authorizer (not implemented: must stay empty)"),
     _k("socket.request.max.bytes", "int", 104857600, "largest request accepted", at_least(1)),
     _k("connections.max.idle.ms", "long", 600000, "close connections idle this long", at_least(1)),
@@ -108,6 +127,29 @@ _BROKER: tuple[BrokerKey, ...] = (
        "to (default: the one named as security.inter.broker.protocol)"),
     _k("inter.broker.protocol.version", "str", "3.6", "protocol between brokers: below 2.7 followers truncate "
        "through OffsetsForLeaderEpoch instead of the Fetch response (KIP-595's truncate-on-fetch)", _ibp),
+    # TLS (security/tls.py), also per listener as listener.name.<name>.<key>; Kafka's defaults
+    _k("ssl.keystore.type", "str", "JKS", "PEM or PKCS12 (JKS: a PKCS12 file is read, a JKS file refused)",
+       _one_of("jks", "pkcs12", "pem")),
+    _k("ssl.keystore.location", "str", "", "keystore file: PKCS12, or PEM with the key and certificate chain"),
+    _k("ssl.keystore.password", "str", "", "password of the keystore file"),
+    _k("ssl.key.password", "str", "", "password of the private key (PKCS12 entry, encrypted PEM key)"),
+    _k("ssl.keystore.certificate.chain", "str", "", "the certificate chain inline as PEM (ssl.keystore.type=PEM)"),
+    _k("ssl.keystore.key", "str", "", "the private key inline as PEM (ssl.keystore.type=PEM)"),
+    _k("ssl.truststore.type", "str", "JKS", "PEM or PKCS12 (JKS: a PKCS12 file is read, a JKS file refused)",
+       _one_of("jks", "pkcs12", "pem")),
+    _k("ssl.truststore.location", "str", "", "trusted CA certificates: a PEM or PKCS12 file"),
+    _k("ssl.truststore.password", "str", "", "password of the truststore file"),
+    _k("ssl.truststore.certificates", "str", "", "trusted certificates inline as PEM (ssl.truststore.type=PEM)"),
+    _k("ssl.client.auth", "str", "none", "client certificates: none, requested or required",
+       _one_of("none", "requested", "required")),
+    _k("ssl.enabled.protocols", "list", ("TLSv1.2", "TLSv1.3"), "TLS versions accepted", _tls_versions),
+    _k("ssl.protocol", "str", "TLSv1.3", "the highest TLS version used (TLS, TLSv1.2 or TLSv1.3)",
+       _one_of("tls", "tlsv1.2", "tlsv1.3")),
+    _k("ssl.cipher.suites", "list", (), "cipher suites (IANA or OpenSSL names; empty: OpenSSL's defaults)"),
+    _k("ssl.endpoint.identification.algorithm", "str", "https", "https: a client checks the broker's certificate "
+       "names the host it connects to; empty: no check", _one_of("https", "")),
+    _k("ssl.principal.mapping.rules", "str", "DEFAULT", "client certificate -> principal (only DEFAULT: User:<DN>)",
+       _one_of("default")),
     # replication: the follower side (broker/replica_fetcher.py)
     _k("num.replica.fetchers", "int", 1, "fetcher tasks per source broker (only 1: one asyncio task each)",
        at_least(1)),
@@ -218,6 +260,11 @@ _NO_EFFECT: tuple[BrokerKey, ...] = (
     _none("metric.reporters", "metrics are not exported yet"),
     _none("log.dir.failure.timeout.ms", "a failed data dir stops the broker"),
     _none("producer.id.expiration.ms", "producer ids are kept with the producer state snapshots"),
+    _none("ssl.keymanager.algorithm", "keys are loaded by OpenSSL, not a Java KeyManagerFactory"),
+    _none("ssl.trustmanager.algorithm", "certificates are checked by OpenSSL, not a Java TrustManagerFactory"),
+    _none("ssl.secure.random.implementation", "OpenSSL's random generator is used"),
+    _none("ssl.allow.dn.changes", "keystores are not reloaded at run time"),
+    _none("ssl.allow.san.changes", "keystores are not reloaded at run time"),
 )
 
 
@@ -265,12 +312,27 @@ def closest(name: str) -> str | None:
     return found[0] if found else None
 
 
+def listener_key(name: str) -> tuple[str, str] | None:
+    """`listener.name.<listener>.<key>` -> (LISTENER, key), Kafka's per-listener override; None otherwise."""
+    if not name.startswith("listener.name."):
+        return None
+    listener, sep, key = name[len("listener.name."):].partition(".")
+    return (listener.upper(), key) if sep and listener else None
+
+
 def security_refusals(props: Mapping[str, object]) -> list[str]:
-    """Settings asking for TLS, SASL or ACLs: refused, since serving plaintext in their place would mislead."""
+    """Settings asking for what kafkalite cannot do (SASL, ACLs, an ssl.* key it cannot honour): refused, since
+    running without them would mislead."""
     out = []
     for k, v in props.items():
-        if k.startswith(("ssl.", "sasl.")) or (k.startswith("listener.name.") and any(
-                f".{p}." in k for p in ("ssl", "sasl"))):
+        per_listener = listener_key(k)
+        key = per_listener[1] if per_listener else k
+        if key.startswith("ssl."):
+            if key in SSL_REFUSED:
+                out.append(f"{k} is set: {SSL_REFUSED[key]}")
+            elif key not in KEYS:
+                out.append(f"{k} is set: kafkalite does not support this TLS setting")
+        elif key.startswith("sasl.") or (per_listener and ".sasl." in f".{key}"):
             out.append(f"{k} is set: {NOT_IMPLEMENTED}")
         elif k == "authorizer.class.name" and str(v).strip():
             out.append(f"authorizer.class.name={str(v).strip()} is set: {NOT_IMPLEMENTED}")
