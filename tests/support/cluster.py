@@ -30,7 +30,8 @@ CONTROLLED_SHUTDOWN_BACKOFF_MS = 200
 
 class Cluster:
     def __init__(self, root: Path, zk_connect: str, size: int = 3, *, proxied: bool = False,
-                 **overrides: object) -> None:
+                 per_broker: Callable[[int, int], dict[str, object]] | None = None, **overrides: object) -> None:
+        """`per_broker(bid, port)`: props of one broker given its PLAINTEXT port (e.g. listeners of its own)."""
         self.zk_connect = zk_connect
         self.brokers: dict[int, BrokerProcess] = {}
         self.paused: set[int] = set()  # SIGSTOPped: alive, but not answering
@@ -59,6 +60,9 @@ class Cluster:
                     "zookeeper.connect": f"{self.zk_link[bid].address}/{chroot}",
                 })
             props.update(overrides)
+            if per_broker is not None:
+                port = port or free_port()
+                props.update(per_broker(bid, port))
             self.brokers[bid] = BrokerProcess(root / f"b{bid}", props, port=port)
 
     def start(self) -> Cluster:

@@ -347,8 +347,12 @@ async def _handshake(writer: asyncio.StreamWriter, tls: ssl.SSLContext, peer: An
             type(exc).__name__
         if isinstance(exc, ssl.SSLCertVerificationError):
             reason = f"client certificate refused: {exc.verify_message}"
-        log.warning("TLS handshake with %s on listener %s failed, closing the connection: %s", peer, listener,
-                    reason)
+        if isinstance(exc, ssl.SSLError | TimeoutError):
+            log.warning("TLS handshake with %s on listener %s failed, closing the connection: %s", peer, listener,
+                        reason)
+        else:  # the peer went away first (a port probe, a client giving up): not a TLS failure
+            log.info("Connection from %s on listener %s closed before the TLS handshake completed: %s", peer,
+                     listener, reason)
         return False
     return peer_principal(writer.get_extra_info("ssl_object"))
 

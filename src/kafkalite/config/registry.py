@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkalite.config.listeners import DEFAULT_PORT, IMPLEMENTED_PROTOCOLS, NOT_IMPLEMENTED
+from kafkalite.errors import InvalidConfigError
 from kafkalite.storage.log_config import (
     BROKER_UNIT_KEYS,
     BROKER_UNIT_MINIMUM,
@@ -300,7 +301,11 @@ def parse(name: str, raw: object) -> Any:
     """`raw` as the key's type, checked by its rule; errors say "Invalid value X for configuration K: why"."""
     key = KEYS[name]
     if key.kind == "list" and key.topic is None:
-        return [p.strip() for p in str(raw).split(",") if p.strip()]
+        items = [p.strip() for p in str(raw).split(",") if p.strip()]
+        why = key.validate(items)
+        if why:
+            raise InvalidConfigError(f"Invalid value {raw} for configuration {name}: {why}")
+        return items
     if key.topic is not None and key.name not in BROKER_UNIT_KEYS:
         return parse_value(key.topic, raw, name)
     return parse_value(ConfigDef(name, key.kind, key.default, key.validate, key.doc), raw)
