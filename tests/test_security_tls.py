@@ -422,3 +422,45 @@ def test_cli_tools_over_mutual_tls_with_command_config(tls_broker, pki, tmp_path
     # without the client properties the TLS listener cannot be spoken to
     r = cli("topics", "--bootstrap-server", bootstrap, "--list")
     assert r.returncode == 1, r.stdout + r.stderr
+
+
+# --- a ZooKeeper cluster replicating over TLS ---------------------------------------------------------------
+
+
+@pytest.mark.cluster
+def test_cluster_replicates_over_an_ssl_inter_broker_listener(pki, tmp_path, zk_connect):
+    """Three brokers, clients on PLAINTEXT, brokers to each other on SSL with mutual TLS (the broker's keystore
+    is its client certificate): acks=all succeeds with every replica in the ISR, the registrations list both
+    endpoints and their protocols, and each listener advertises its own addresses."""
+    from tests.support.cluster import Cluster
+
+    ssl_ports: dict[int, int] = {}
+
+    def listeners(bid: int, port: int) -> dict[str, object]:
+        ssl_ports[bid] = free_port()
+        return {"listeners": f"PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{ssl_ports[bid]}",
+                "inter.broker.listener.name": "SSL", "ssl.client.auth": "required",
+                "ssl.keystore.type": "PKCS12", "ssl.keystore.location": pki.broker.p12,
+                "ssl.keystore.password": PASSWORD, "ssl.truststore.type": "PEM", "ssl.truststore.location": pki.ca_pem}
+
+    cluster = Cluster(tmp_path, zk_connect, per_broker=listeners).start()
+    try:
+        topic = topic_name("repl-tls")
+        cluster.create_topic(topic, partitions=2, replication_factor=3)
+        cluster.wait_isr(topic, 2, 3)
+        values = [f"r{i}".encode() * 100 for i in range(500)]
+        ck_produce({"bootstrap.servers": cluster.bootstrap}, topic, values)
+        cluster.wait_isr(topic, 2, 3)
+        reg = cluster.zk_json("/brokers/ids/1")
+        assert reg["endpoints"] == [f"PLAINTEXT://127.0.0.1:{cluster.brokers[1].port}",
+                                    f"SSL://127.0.0.1:{ssl_ports[1]}"]
+        assert reg["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT", "SSL": "SSL"}
+        md = AdminClient({"bootstrap.servers": f"127.0.0.1:{ssl_ports[2]}", "security.protocol": "SSL",
+                          "ssl.ca.location": str(pki.ca_pem), "ssl.certificate.location": str(pki.client.cert),
+                          "ssl.key.location": str(pki.client.key)}).list_topics(timeout=15)
+        assert {b.id: b.port for b in md.brokers.values()} == ssl_ports
+        # every follower has the records: the leader's high watermark moved only once all three had them
+        for b in cluster.brokers.values():
+            assert "TLS handshake with" not in b.output(), b.output()
+    finally:
+        cluster.stop()
