@@ -250,7 +250,8 @@ def test_refused_connections_write_nothing_and_spare_the_others(tls_broker, pki,
     assert good.flush(20) == 0 and errors == []
     assert ck_consume(ck_conf(tls_broker, "PLAINTEXT", pki), topic, 3, timeout_s=3) == [b"before", b"after"]
     log = tls_broker.log_path.read_bytes()[log_before:].decode(errors="replace")
-    reason = {"no-client-cert": "PEER_DID_NOT_RETURN_A_CERTIFICATE", "expired-client-cert": "client certificate refused: certificate has expired",
+    reason = {"no-client-cert": "PEER_DID_NOT_RETURN_A_CERTIFICATE",
+              "expired-client-cert": "client certificate refused: certificate has expired",
               "untrusted-client-cert": "self-signed certificate in certificate chain", "plaintext-client": "",
               "expired-broker-cert": "CERTIFICATE"}[case]
     failures = [line for line in log.splitlines() if "TLS handshake with ('127.0.0.1'" in line]
@@ -464,3 +465,27 @@ def test_cluster_replicates_over_an_ssl_inter_broker_listener(pki, tmp_path, zk_
             assert "TLS handshake with" not in b.output(), b.output()
     finally:
         cluster.stop()
+
+
+# --- Spark's broker mode --------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs java")
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+def test_spark_broker_mode_writes_and_reads_over_mutual_tls(spark, tls_broker, pki):
+    topic = create_topic(tls_broker)
+    tls = {"kafka.bootstrap.servers": f"127.0.0.1:{tls_broker.ports['MTLS']}", "kafka.security.protocol": "SSL",
+           "kafka.ssl.truststore.type": "PKCS12", "kafka.ssl.truststore.location": str(pki.ca_p12),
+           "kafka.ssl.truststore.password": PASSWORD, "kafka.ssl.keystore.type": "PKCS12",
+           "kafka.ssl.keystore.location": str(pki.client.p12), "kafka.ssl.keystore.password": PASSWORD}
+    df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(100)], "key string, value string")
+    df.write.format("kafkalite").options(**tls).option("topic", topic).mode("append").save()
+    back = spark.read.format("kafkalite").options(**tls).option("subscribe", topic).load() \
+        .selectExpr("CAST(key AS STRING) AS k", "CAST(value AS STRING) AS v", "offset").orderBy("offset").collect()
+    assert sorted((r.k, r.v) for r in back) == sorted((f"k{i}", f"v{i}") for i in range(100))  # 2 writer tasks
+    assert sorted(ck_consume(ck_conf(tls_broker, "PLAINTEXT", pki), topic, 100)) == sorted(
+        f"v{i}".encode() for i in range(100))
+    # a TLS option kafkalite cannot honour is refused when the query is planned
+    with pytest.raises(Exception, match=r"ssl\.engine\.factory\.class"):
+        spark.read.format("kafkalite").options(**tls, **{"kafka.ssl.engine.factory.class": "x"}) \
+            .option("subscribe", topic).load().collect()
