@@ -2,7 +2,9 @@
 
 - produce: 1 KiB records, acks=1, one partition, vs W16K (raw 16 KiB os.write) in the same run;
 - consume: a backlog read by assign() from the beginning, vs loopback sendfile bandwidth;
-- latency: produce p99 at low load (one record in flight), vs the blocking loopback round trip.
+- latency: produce p99 at low load (one record in flight), vs the blocking loopback round trip;
+- tls: produce and consume over an SSL listener vs a PLAINTEXT listener of the same broker, same client, same
+  run (fetch over TLS cannot use sendfile: record bytes are read once into a buffer and encrypted).
 
 On a 2-core machine the client shares the cores with the broker, and librdkafka's per-message work
 (plus the Python loop around it) costs more CPU than the broker's per-batch work. So each throughput
@@ -21,10 +23,20 @@ import time
 
 from tqdm import tqdm
 
-from bench.common import DATA_BYTES, KiB, MiB, fmt_rate, median_rates, prefault, raw_write_16k, scratch_dir
+from bench.common import (
+    DATA_BYTES,
+    REPEATS,
+    KiB,
+    MiB,
+    fmt_rate,
+    median_rates,
+    prefault,
+    raw_write_16k,
+    scratch_dir,
+)
 from kafkalite.protocol import ApiKey, decode_response, encode_request
 from kafkalite.records import SimpleRecord, build_batch, iter_batches
-from tests.support.brokers import BrokerProcess
+from tests.support.brokers import BrokerProcess, free_port
 
 RECORD = 1 * KiB
 
@@ -36,8 +48,8 @@ def _producer(bootstrap: str, **extra: object):
                      "compression.type": "none", "queue.buffering.max.kbytes": 1 << 20, **extra})
 
 
-def _produce_all(bootstrap: str, topic: str, total: int) -> tuple[int, float]:
-    p = _producer(bootstrap)
+def _produce_all(bootstrap: str, topic: str, total: int, **extra: object) -> tuple[int, float]:
+    p = _producer(bootstrap, **extra)
     value = os.urandom(RECORD)
     n = total // RECORD
     t0 = time.perf_counter()
@@ -52,10 +64,10 @@ def _produce_all(bootstrap: str, topic: str, total: int) -> tuple[int, float]:
     return n * RECORD, time.perf_counter() - t0
 
 
-def _consume_all(bootstrap: str, topic: str, total: int) -> tuple[int, float]:
+def _consume_all(bootstrap: str, topic: str, total: int, **extra: object) -> tuple[int, float]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+    c = Consumer({**extra, "bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
                   "fetch.max.bytes": 50 * MiB, "max.partition.fetch.bytes": 8 * MiB,
                   "queued.max.messages.kbytes": 256 * 1024,
                   # librdkafka pauses a partition's fetching for fetch.queue.backoff.ms (1 s by default) when
@@ -326,4 +338,48 @@ def bench_broker_latency(results: dict) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-ALL = {"broker": bench_broker, "broker-latency": bench_broker_latency}
+def bench_tls(results: dict) -> None:
+    """Produce and consume over TLS (server-authenticated, the default TLS 1.3 suite) and plaintext: one broker
+    with both listeners, confluent-kafka on both, interleaved repetitions; the ratio is TLS / plaintext."""
+    from tests.support.certs import PASSWORD, make_pki
+
+    d = scratch_dir()
+    pki = make_pki(d / "pki")
+    plain, tls_port = free_port(), free_port()
+    broker = BrokerProcess(d / "data", {
+        "log.segment.bytes": 256 * MiB, "listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls_port}",
+        "ssl.keystore.type": "PKCS12", "ssl.keystore.location": pki.broker.p12, "ssl.keystore.password": PASSWORD,
+    }, port=plain).start()
+    tls = {"security.protocol": "SSL", "ssl.ca.location": str(pki.ca_pem)}
+    endpoints = {"plaintext": (f"127.0.0.1:{plain}", {}), "TLS": (f"127.0.0.1:{tls_port}", tls)}
+    topics: dict[str, list[str]] = {"plaintext": [], "TLS": []}
+    try:
+        def produce(kind: str):
+            def run() -> tuple[int, float]:
+                topics[kind].append(f"bench-{kind}-{len(topics[kind])}")
+                bootstrap, extra = endpoints[kind]
+                return _produce_all(bootstrap, topics[kind][-1], DATA_BYTES, **extra)
+            return run
+
+        def consume(kind: str):
+            def run() -> tuple[int, float]:
+                bootstrap, extra = endpoints[kind]
+                return _consume_all(bootstrap, topics[kind][0], DATA_BYTES, **extra)
+            return run
+
+        with tqdm(total=4 * REPEATS, desc="broker over TLS vs plaintext", leave=False) as bar:
+            rates = median_rates({"produce plaintext": produce("plaintext"), "produce TLS": produce("TLS")},
+                                 progress=bar)
+            rates.update(median_rates({"consume plaintext": consume("plaintext"), "consume TLS": consume("TLS")},
+                                      progress=bar))
+        for what in ("produce", "consume"):
+            ratio = rates[f"{what} TLS"] / rates[f"{what} plaintext"]
+            results[f"broker {what} over TLS, 1 KiB records (confluent-kafka)"] = (
+                fmt_rate(rates[f"{what} TLS"]), f"{ratio:.2f}x plaintext ({fmt_rate(rates[f'{what} plaintext'])})",
+                ">= 0.5x")
+    finally:
+        broker.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+ALL = {"broker": bench_broker, "broker-latency": bench_broker_latency, "tls": bench_tls}
