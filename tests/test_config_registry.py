@@ -93,18 +93,25 @@ def test_bad_listeners(listeners):
 
 
 @pytest.mark.parametrize("props", [
-    {"listeners": "SSL://127.0.0.1:9093"},
-    {"advertised.listeners": "SASL_SSL://example.com:9093"},
-    {"listeners": "PLAINTEXT://127.0.0.1:9092", "listener.security.protocol.map": "PLAINTEXT:SSL"},
-    {"listener.name.internal.ssl.keystore.location": "/k.jks"},
-    {"ssl.client.auth": "required"},
+    {"advertised.listeners": "SASL_PLAINTEXT://example.com:9093"},
+    {"listeners": "PLAINTEXT://127.0.0.1:9092", "listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT"},
+    {"listener.name.internal.sasl.enabled.mechanisms": "PLAIN"},
     {"sasl.mechanism.inter.broker.protocol": "PLAIN"},
     {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"},
     {"security.inter.broker.protocol": "SASL_PLAINTEXT"},
 ])
 def test_security_settings_are_refused(props):
-    with pytest.raises(InvalidConfigError, match="TLS, SASL and ACLs are not implemented"):
+    with pytest.raises(InvalidConfigError, match="SASL and ACLs are not implemented"):
         load(**props)
+
+
+def test_tls_settings_are_accepted():
+    """TLS is implemented (tests/test_security_tls.py): its keys are checked by type, not refused."""
+    cfg = load(**{"listeners": "SSL://127.0.0.1:9093", "ssl.client.auth": "required",
+                  "listener.name.ssl.ssl.keystore.location": "/k.p12", "ssl.enabled.protocols": "TLSv1.3"})
+    assert cfg.listener_prop("SSL", "ssl.keystore.location") == "/k.p12"
+    assert cfg.listener_prop("SSL", "ssl.client.auth") == "required"
+    assert cfg.get("ssl.keystore.location") == ""
 
 
 def test_a_protocol_map_with_ssl_entries_is_fine_while_listeners_are_plaintext():

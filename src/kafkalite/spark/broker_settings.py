@@ -67,8 +67,9 @@ class BrokerSettings:
         if protocol not in ("PLAINTEXT", "SSL"):
             raise OptionError(f"option kafka.security.protocol={protocol} is not supported: kafkalite's broker mode "
                               "speaks PLAINTEXT and SSL (no SASL yet)")
-        security = tuple(sorted((k, v.strip()) for k, v in params.items()
-                                if k == "security.protocol" or k.startswith("ssl.")))
+        # ssl.* only matter with SSL (Kafka's clients leave them unused on PLAINTEXT too)
+        security = () if protocol == "PLAINTEXT" else (("security.protocol", protocol), *sorted(
+            (k, v.strip()) for k, v in params.items() if k.startswith("ssl.")))
         try:
             ClientSecurity.from_client_props(dict(security), where="Spark options")
         except InvalidConfigError as exc:
