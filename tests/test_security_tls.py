@@ -333,6 +333,46 @@ def test_client_checks_the_broker_certificate_names_the_host(pki, tmp_path):
     asyncio.run(main())
 
 
+def test_fetch_over_tls_reads_the_file_region_instead_of_sendfile(pki, tmp_path):
+    """sendfile(2) would put plaintext on a TLS connection: the record bytes of a response go through the TLS
+    transport from a buffer (asyncio's sendfile is made to fail here, so using it fails the test)."""
+    from kafkalite.broker.server import Broker
+    from kafkalite.protocol import FileRegion
+
+    cfg = ssl_config(tmp_path / "d", **{"ssl.keystore.type": "PKCS12", "ssl.keystore.location": pki.broker.p12,
+                                        "ssl.keystore.password": PASSWORD})
+    ctx = listener_tls_context(cfg, "SSL")
+    data = os.urandom(3 * (1 << 20) + 123)  # several chunks
+    segment = tmp_path / "00000000000000000000.log"
+    segment.write_bytes(data)
+    broker = Broker(cfg)
+
+    async def main() -> bytes:
+        loop = asyncio.get_running_loop()
+
+        async def no_sendfile(*_args, **_kwargs):
+            raise AssertionError("loop.sendfile used on a TLS transport")
+
+        loop.sendfile = no_sendfile  # type: ignore[method-assign]
+
+        async def on_connection(reader, writer):
+            assert await _handshake(writer, ctx, None, "SSL") is None
+            await broker._send(writer, [b"head", FileRegion(os.open(segment, os.O_RDONLY), 100, len(data) - 200),
+                                        b"tail"])
+            writer.close()
+
+        server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        r, w = await open_connection("127.0.0.1", port, ClientSecurity.from_client_props(
+            {"security.protocol": "SSL", "ssl.ca.location": str(pki.ca_pem)}))
+        got = await asyncio.wait_for(r.read(), 20)
+        w.close()
+        server.close()
+        return got
+
+    assert asyncio.run(main()) == b"head" + data[100:-100] + b"tail"
+
+
 # --- configuration ------------------------------------------------------------------------------------------
 
 
