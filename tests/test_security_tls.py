@@ -416,6 +416,14 @@ def test_tls_versions_and_cipher_suites(pki, tmp_path):
         "ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384"}
     ctx = listener_tls_context(ssl_config(tmp_path, **base, **{"ssl.enabled.protocols": "TLSv1.3"}), "SSL")
     assert ctx is not None and ctx.minimum_version == ssl.TLSVersion.TLSv1_3
+    sasl_ssl = BrokerConfig.load(None, {"listeners": "SASL_SSL://127.0.0.1:0", "log.dirs": tmp_path, **base,
+                                        "ssl.client.auth": "required"})
+    ctx = listener_tls_context(sasl_ssl, "SASL_SSL")  # KIP-684: only a listener-prefixed ssl.client.auth counts
+    assert ctx is not None and ctx.verify_mode == ssl.CERT_NONE
+    sasl_ssl = BrokerConfig.load(None, {**sasl_ssl.props, "listener.name.sasl_ssl.ssl.client.auth": "required",
+                                        "ssl.truststore.type": "PEM", "ssl.truststore.location": pki.ca_pem})
+    ctx = listener_tls_context(sasl_ssl, "SASL_SSL")
+    assert ctx is not None and ctx.verify_mode == ssl.CERT_REQUIRED
     per_listener = ssl_config(tmp_path, **base, **{"listener.name.ssl.ssl.enabled.protocols": "TLSv1.2"})
     ctx = listener_tls_context(per_listener, "SSL")
     assert ctx is not None and ctx.maximum_version == ssl.TLSVersion.TLSv1_2

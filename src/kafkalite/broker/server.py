@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import functools
 import gc
@@ -330,10 +331,14 @@ class Broker:
 def listener_tls_context(cfg: BrokerConfig, listener: str) -> ssl.SSLContext | None:
     """The server context of an SSL / SASL_SSL listener from its ssl.* settings (per-listener overrides
     first); None for the others. A bad setting raises InvalidConfigError naming the listener and key."""
-    if cfg.security_protocol(listener) not in TLS_PROTOCOLS:
+    protocol = cfg.security_protocol(listener)
+    if protocol not in TLS_PROTOCOLS:
         return None
-    return server_context(TlsSettings.read(functools.partial(cfg.listener_prop, listener),
-                                           where=f"listener {listener}"))
+    settings = TlsSettings.read(functools.partial(cfg.listener_prop, listener), where=f"listener {listener}")
+    if protocol == "SASL_SSL" and f"listener.name.{listener.lower()}.ssl.client.auth" not in cfg.props:
+        # KIP-684: on SASL_SSL listeners SASL authenticates; ssl.client.auth applies only listener-prefixed
+        settings = dataclasses.replace(settings, client_auth="none")
+    return server_context(settings)
 
 
 async def _handshake(writer: asyncio.StreamWriter, tls: ssl.SSLContext, peer: Any, listener: str
