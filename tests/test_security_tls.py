@@ -21,9 +21,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.server import _handshake, listener_tls_context
+from kafkalite.config import registry
 from kafkalite.errors import InvalidConfigError
 from kafkalite.security.transport import ClientSecurity, connect, open_connection
 from tests.support.brokers import BrokerProcess, free_port
@@ -537,3 +540,26 @@ def test_spark_broker_mode_writes_and_reads_over_mutual_tls(spark, tls_broker, p
     with pytest.raises(Exception, match=r"ssl\.engine\.factory\.class"):
         spark.read.format("kafkalite").options(**tls, **{"kafka.ssl.engine.factory.class": "x"}) \
             .option("subscribe", topic).load().collect()
+
+
+# --- parsers ------------------------------------------------------------------------------------------------
+
+_NAME = st.from_regex(r"[A-Za-z0-9_]{1,12}", fullmatch=True)
+_KEY = st.lists(st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True), min_size=1, max_size=4).map(".".join)
+
+
+@given(_NAME, _KEY)
+def test_listener_prefixed_keys_parse_back(listener, key):
+    assert registry.listener_key(f"listener.name.{listener.lower()}.{key}") == (listener.upper(), key)
+    assert registry.listener_key(key) is None
+
+
+@given(st.dictionaries(st.one_of(_KEY, _KEY.map(lambda k: f"ssl.{k}"), st.tuples(_NAME, _KEY).map(
+    lambda t: f"listener.name.{t[0].lower()}.ssl.{t[1]}")), st.text(max_size=20), max_size=6))
+def test_security_refusals_name_each_unknown_ssl_key(props):
+    refusals = registry.security_refusals(props)
+    for k in props:
+        per_listener = registry.listener_key(k)
+        key = per_listener[1] if per_listener else k
+        if key.startswith("ssl.") and key not in registry.KEYS:
+            assert any(r.startswith(f"{k} is set") for r in refusals), (k, refusals)
