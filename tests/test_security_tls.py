@@ -28,6 +28,7 @@ from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.server import _handshake, listener_tls_context
 from kafkalite.config import registry
 from kafkalite.errors import InvalidConfigError
+from kafkalite.security.tls import TLS13_SUITES
 from kafkalite.security.transport import ClientSecurity, connect, open_connection
 from tests.support.brokers import BrokerProcess, free_port
 from tests.support.certs import PASSWORD
@@ -419,6 +420,12 @@ def test_tls_versions_and_cipher_suites(pki, tmp_path):
         "ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384"}
     ctx = listener_tls_context(ssl_config(tmp_path, **base, **{"ssl.enabled.protocols": "TLSv1.3"}), "SSL")
     assert ctx is not None and ctx.minimum_version == ssl.TLSVersion.TLSv1_3
+    only13 = ",".join(sorted(TLS13_SUITES))
+    ctx = listener_tls_context(ssl_config(tmp_path, **base, **{"ssl.cipher.suites": only13}), "SSL")
+    assert ctx is not None and ctx.minimum_version == ssl.TLSVersion.TLSv1_3
+    with pytest.raises(InvalidConfigError, match=r"TLSv1\.3 is not enabled"):
+        listener_tls_context(ssl_config(tmp_path, **base, **{"ssl.cipher.suites": only13,
+                                                             "ssl.enabled.protocols": "TLSv1.2"}), "SSL")
     sasl_ssl = BrokerConfig.load(None, {"listeners": "SASL_SSL://127.0.0.1:0", "log.dirs": tmp_path, **base,
                                         "ssl.client.auth": "required"})
     ctx = listener_tls_context(sasl_ssl, "SASL_SSL")  # KIP-684: only a listener-prefixed ssl.client.auth counts

@@ -153,8 +153,10 @@ def _set_ciphers(ctx: ssl.SSLContext, s: TlsSettings) -> None:
                                               strict=True) if name not in known]
         if unknown:
             raise InvalidConfigError(f"{s.where}: ssl.cipher.suites: OpenSSL does not offer {', '.join(unknown)}")
-    elif not tls13:
-        raise InvalidConfigError(f"{s.where}: ssl.cipher.suites names no usable suite")
+    elif ctx.maximum_version == ssl.TLSVersion.TLSv1_3:
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3  # only TLS 1.3 suites listed: TLS 1.2 cannot be negotiated
+    else:
+        raise InvalidConfigError(f"{s.where}: ssl.cipher.suites lists only TLS 1.3 suites but TLSv1.3 is not enabled")
 
 
 _IANA = re.compile(r"^TLS_(?P<kx>[A-Z0-9_]+?)_WITH_(?P<cipher>AES_(?:128|256)_GCM|CHACHA20_POLY1305|"
