@@ -191,9 +191,7 @@ def test_kcat_mutual_tls(tls_broker, pki):
 
 
 def test_kafkajs_over_tls(tls_broker, pki):
-    from tests.test_protocol_gaps import kafkajs as _kafkajs_fixture  # noqa: F401 - same install as there
-
-    node = shutil.which("node")
+    node = shutil.which("node")  # kafkajs from tests/js/package-lock.json, installed on first use
     if node is None or not (JS_DIR / "node_modules" / "kafkajs" / "package.json").exists():
         r = subprocess.run([shutil.which("npm") or "npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
                            cwd=JS_DIR, capture_output=True, text=True, timeout=180) if node else None
