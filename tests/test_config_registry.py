@@ -99,12 +99,25 @@ def test_bad_listeners(listeners):
     {"listener.name.internal.ssl.keystore.location": "/k.jks"},
     {"ssl.client.auth": "required"},
     {"sasl.mechanism.inter.broker.protocol": "PLAIN"},
-    {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"},
     {"security.inter.broker.protocol": "SASL_PLAINTEXT"},
 ])
 def test_security_settings_are_refused(props):
     with pytest.raises(InvalidConfigError, match="TLS, SASL and ACLs are not implemented"):
         load(**props)
+
+
+@pytest.mark.parametrize("name", ["kafkalite.security.acl.AclAuthorizer", "kafka.security.authorizer.AclAuthorizer",
+                                  "org.apache.kafka.metadata.authorizer.StandardAuthorizer", ""])
+def test_kafkas_authorizer_class_names_select_the_acl_authorizer(name):
+    cfg = load(**{"authorizer.class.name": name, "super.users": "User:admin;User:broker",
+                  "allow.everyone.if.no.acl.found": "true"})
+    assert cfg.get("authorizer.class.name") == name and cfg.get("allow.everyone.if.no.acl.found") is True
+
+
+def test_another_authorizer_class_is_refused_by_name():
+    refused = r"com\.example\.MyAuthorizer.*kafka\.security\.authorizer\.AclAuthorizer"
+    with pytest.raises(InvalidConfigError, match=refused):
+        load(**{"authorizer.class.name": "com.example.MyAuthorizer"})
 
 
 def test_a_protocol_map_with_ssl_entries_is_fine_while_listeners_are_plaintext():

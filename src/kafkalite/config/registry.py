@@ -11,7 +11,7 @@ this table rather than keeping their own. The `log.*` topic defaults are derived
 - "used": read by kafkalite;
 - "none": a Kafka key we recognise but that changes nothing in kafkalite (a single broker, one asyncio loop,
   features not built yet): setting it logs a WARNING naming it and why.
-Security keys (TLS, SASL, ACLs) are refused outright: see `security_refusals`.
+Security keys not implemented yet (TLS, SASL) are refused outright: see `security_refusals`.
 """
 
 from __future__ import annotations
@@ -69,6 +69,20 @@ def _positive(v: Any) -> str | None:
     return None if v > 0 else "Value must be above 0"
 
 
+# authorizer.class.name values that select kafkalite's ACL authorizer (security/acl.py): its own class name
+# and the names of Kafka's two ACL authorizers, so a Kafka server.properties keeps working unchanged.
+AUTHORIZER_OWN_CLASS = "kafkalite.security.acl.AclAuthorizer"
+AUTHORIZER_CLASSES = frozenset({AUTHORIZER_OWN_CLASS, "kafka.security.authorizer.AclAuthorizer",
+                                "org.apache.kafka.metadata.authorizer.StandardAuthorizer"})
+
+
+def _authorizer(v: Any) -> str | None:
+    if not str(v).strip() or str(v).strip() in AUTHORIZER_CLASSES:
+        return None
+    return f"Unknown authorizer class {str(v).strip()}: kafkalite provides one ACL authorizer, selected by " \
+        f"{', '.join(sorted(AUTHORIZER_CLASSES))}"
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerKey:
     name: str
@@ -100,7 +114,11 @@ _BROKER: tuple[BrokerKey, ...] = (
        "listener name -> security protocol (only PLAINTEXT is implemented)"),
     _k("security.inter.broker.protocol", "str", "PLAINTEXT", "protocol between brokers (only PLAINTEXT)",
        _plaintext),
-    _k("authorizer.class.name", "str", "", "ACL authorizer (not implemented: must stay empty)"),
+    _k("authorizer.class.name", "str", "", "the authorizer: kafkalite's ACL authorizer (its own name, or Kafka's "
+       "kafka.security.authorizer.AclAuthorizer / org.apache.kafka.metadata.authorizer.StandardAuthorizer); "
+       "empty: none, every request allowed", _authorizer),
+    _k("super.users", "str", "", "principals allowed everything, separated by ';' (User:admin;User:broker)"),
+    _k("allow.everyone.if.no.acl.found", "bool", False, "allow every principal on a resource without ACLs"),
     _k("socket.request.max.bytes", "int", 104857600, "largest request accepted", at_least(1)),
     _k("connections.max.idle.ms", "long", 600000, "close connections idle this long", at_least(1)),
     _k("fetch.max.bytes", "int", 57671680, "most bytes one fetch response returns", at_least(0)),
@@ -266,14 +284,12 @@ def closest(name: str) -> str | None:
 
 
 def security_refusals(props: Mapping[str, object]) -> list[str]:
-    """Settings asking for TLS, SASL or ACLs: refused, since serving plaintext in their place would mislead."""
+    """Settings asking for TLS or SASL: refused, since serving plaintext in their place would mislead."""
     out = []
-    for k, v in props.items():
+    for k in props:
         if k.startswith(("ssl.", "sasl.")) or (k.startswith("listener.name.") and any(
                 f".{p}." in k for p in ("ssl", "sasl"))):
             out.append(f"{k} is set: {NOT_IMPLEMENTED}")
-        elif k == "authorizer.class.name" and str(v).strip():
-            out.append(f"authorizer.class.name={str(v).strip()} is set: {NOT_IMPLEMENTED}")
     return out
 
 
