@@ -193,7 +193,7 @@ class AclApis:
             adding = frozenset(e for _i, e in items)
             try:
                 await self._change(pattern, adding.union)
-                log.info("ACLs added for %s: %s", pattern, sorted(adding))
+                log.info("ACLs added for %s: %s", pattern, ", ".join(map(str, sorted(adding))))
             except KafkaliteError as exc:
                 for i, _e in items:
                     results[i] = {"error_code": E.UNKNOWN_SERVER_ERROR, "error_message": str(exc)}

@@ -137,6 +137,10 @@ class ResourcePattern:
     name: str
     pattern_type: PatternType
 
+    def __str__(self) -> str:  # Kafka's ResourcePattern.toString (kafka-acls output, logs)
+        return f"ResourcePattern(resourceType={self.resource_type.name}, name={self.name}, " \
+            f"patternType={self.pattern_type.name})"
+
     def validate(self) -> None:
         """Kafka's checks of a pattern an ACL is created on (INVALID_REQUEST otherwise)."""
         if self.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
@@ -160,6 +164,10 @@ class AclEntry:
     host: str
     operation: AclOperation
     permission: AclPermission
+
+    def __str__(self) -> str:  # Kafka's AccessControlEntry.toString
+        return f"(principal={self.principal}, host={self.host}, operation={self.operation.name}, " \
+            f"permissionType={self.permission.name})"
 
     def validate(self) -> None:
         if self.operation in (AclOperation.UNKNOWN, AclOperation.ANY):
