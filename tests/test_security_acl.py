@@ -404,3 +404,40 @@ def test_an_acl_added_through_one_broker_is_enforced_by_the_others_within_a_seco
         assert time.monotonic() - started < 1.5
     finally:
         c.stop()
+
+
+def test_confluent_and_kafka_python_admins_manage_acls(secured):
+    """CreateAcls, DescribeAcls and DeleteAcls as librdkafka and kafka-python encode them."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation as COp,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType as CRT,
+    )
+    from kafka import KafkaAdminClient
+    from kafka.admin import ACLFilter, ACLPermissionType, ACLResourcePatternType, ResourcePatternFilter
+    from kafka.admin import ACLOperation as KOp
+    from kafka.admin import ResourceType as KRT
+
+    admin = AdminClient(client_config(secured.bootstrap))
+    binding = AclBinding(CRT.TOPIC, "admin-t", ResourcePatternType.PREFIXED, "User:dave", "*", COp.WRITE,
+                         AclPermissionType.ALLOW)
+    for f in admin.create_acls([binding]).values():
+        f.result(timeout=15)
+    flt = AclBindingFilter(CRT.TOPIC, "admin-t", ResourcePatternType.ANY, None, None, COp.ANY, AclPermissionType.ANY)
+    assert admin.describe_acls(flt).result(timeout=15) == [binding]
+    kp = KafkaAdminClient(bootstrap_servers=secured.bootstrap, request_timeout_ms=10000)
+    try:
+        found, error = kp.describe_acls(ACLFilter(principal=None, host="*", operation=KOp.ANY,
+                                                  permission_type=ACLPermissionType.ANY,
+                                                  resource_pattern=ResourcePatternFilter(
+                                                      KRT.TOPIC, "admin-t-1", ACLResourcePatternType.MATCH)))
+        assert [(a.principal, a.operation) for a in found] == [("User:dave", KOp.WRITE)]
+    finally:
+        kp.close()
+    deleted = [b for f in admin.delete_acls([flt]).values() for b in f.result(timeout=15)]
+    assert deleted == [binding]
+    assert admin.describe_acls(flt).result(timeout=15) == []
