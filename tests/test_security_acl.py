@@ -411,10 +411,14 @@ def test_confluent_and_kafka_python_admins_manage_acls(secured):
     from confluent_kafka.admin import (
         AclBinding,
         AclBindingFilter,
-        AclOperation as COp,
         AclPermissionType,
         AdminClient,
         ResourcePatternType,
+    )
+    from confluent_kafka.admin import (
+        AclOperation as COp,
+    )
+    from confluent_kafka.admin import (
         ResourceType as CRT,
     )
     from kafka import KafkaAdminClient
@@ -435,7 +439,7 @@ def test_confluent_and_kafka_python_admins_manage_acls(secured):
                                                   permission_type=ACLPermissionType.ANY,
                                                   resource_pattern=ResourcePatternFilter(
                                                       KRT.TOPIC, "admin-t-1", ACLResourcePatternType.MATCH)))
-        assert [(a.principal, a.operation) for a in found] == [("User:dave", KOp.WRITE)]
+        assert error.errno == 0 and [(a.principal, a.operation) for a in found] == [("User:dave", KOp.WRITE)]
     finally:
         kp.close()
     deleted = [b for f in admin.delete_acls([flt]).values() for b in f.result(timeout=15)]
