@@ -86,6 +86,7 @@ class AclApis:
             self.authz = apis.authz = RequestAuthorizer(
                 self.authorizer, auto_create=lambda: bool(config.get("auto.create.topics.enable")))
         self._seen: dict[str, set[str]] = {z.ACL_CHANGES: set(), z.ACL_EXTENDED_CHANGES: set()}
+        self._primed: set[str] = set()  # change dirs whose first listing (covered by the full load) was seen
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()  # notifications are applied one at a time, in order
 
@@ -115,6 +116,11 @@ class AclApis:
         seen = self._seen[path]
         new = sorted(c for c in children if c not in seen)
         seen.update(new)
+        if path not in self._primed:
+            # the first listing comes as the watch is armed, before start() loads every ACL: those
+            # notifications are older than the load (Kafka's listener likewise starts from the current ones)
+            self._primed.add(path)
+            return
         if new:
             task = asyncio.get_running_loop().create_task(self._apply(path, new))
             self._tasks.add(task)
