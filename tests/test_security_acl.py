@@ -445,3 +445,76 @@ def test_confluent_and_kafka_python_admins_manage_acls(secured):
     deleted = [b for f in admin.delete_acls([flt]).values() for b in f.result(timeout=15)]
     assert deleted == [binding]
     assert admin.describe_acls(flt).result(timeout=15) == []
+
+
+def test_every_gate_answers_its_refusal_where_kafka_puts_it(secured):
+    """Raw requests to each gated API without rights: the error in the place Kafka puts it, in a response
+    the client decodes (v0 and the highest version), and nothing done."""
+    bs = secured.bootstrap
+    create_as_granted(bs, "raw")
+    TAF, GAF, CAF = E.TOPIC_AUTHORIZATION_FAILED, E.GROUP_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED
+    with KafkaClient(bs, timeout_s=15) as c:
+        def ask(api: ApiKey, body: dict[str, Any], version: int | None = None) -> dict[str, Any]:
+            return c.request(api, body, version)
+
+        lo = ask(ApiKey.LIST_OFFSETS, {"replica_id": -1, "topics": [{"name": "raw", "partitions": [
+            {"partition_index": 0, "timestamp": -1}]}]})
+        assert lo["topics"][0]["partitions"][0]["error_code"] == TAF
+        dr = ask(ApiKey.DELETE_RECORDS, {"topics": [{"name": "raw", "partitions": [
+            {"partition_index": 0, "offset": 0}]}], "timeout_ms": 1000})
+        assert dr["topics"][0]["partitions"][0]["error_code"] == TAF
+        cp = ask(ApiKey.CREATE_PARTITIONS, {"topics": [{"name": "raw", "count": 2, "assignments": None}],
+                                            "timeout_ms": 1000})
+        assert cp["results"][0]["error_code"] == TAF
+        dc = ask(ApiKey.DESCRIBE_CONFIGS, {"resources": [
+            {"resource_type": 2, "resource_name": "raw", "configuration_keys": None},
+            {"resource_type": 4, "resource_name": "1", "configuration_keys": None}]})
+        assert sorted(r["error_code"] for r in dc["results"]) == [TAF, CAF]
+        ia = ask(ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [{"resource_type": 2, "resource_name": "raw",
+                                                                   "configs": []}]})
+        assert ia["responses"][0]["error_code"] == TAF
+        assert ask(ApiKey.INIT_PRODUCER_ID, {"transactional_id": None, "transaction_timeout_ms": 1000})[
+            "error_code"] == CAF
+        assert ask(ApiKey.DESCRIBE_CLUSTER, {})["error_code"] == E.NONE  # ANONYMOUS holds DESCRIBE on the cluster
+        # ANONYMOUS holds ALTER but not CLUSTER_ACTION on the cluster: the controller's requests are refused
+        stop = {"controller_id": 9, "controller_epoch": 99, "broker_epoch": -1, "delete_partitions": True,
+                "topics": [{"name": "raw", "partition_indexes": [0]}]}
+        assert ask(ApiKey.STOP_REPLICA, stop, version=1)["error_code"] == CAF
+        assert ask(ApiKey.CONTROLLED_SHUTDOWN, {"broker_id": 1, "broker_epoch": -1})["error_code"] == CAF
+        assert ask(ApiKey.UPDATE_METADATA, {"controller_id": 9, "controller_epoch": 99, "broker_epoch": -1,
+                                            "topic_states": [], "live_brokers": []})["error_code"] == CAF
+        fc = ask(ApiKey.FIND_COORDINATOR, {"key_type": 0, "coordinator_keys": ["raw-g"]})
+        assert fc["coordinators"][0]["error_code"] == GAF
+        assert ask(ApiKey.FIND_COORDINATOR, {"key_type": 0, "key": "raw-g"}, version=0)["error_code"] == GAF
+        hb = ask(ApiKey.HEARTBEAT, {"group_id": "raw-g", "generation_id": 1, "member_id": "m"})
+        assert hb["error_code"] == GAF
+        oc = ask(ApiKey.OFFSET_COMMIT, {"group_id": "raw-g", "generation_id_or_member_epoch": -1, "member_id": "",
+                                        "topics": [{"name": "raw", "partitions": [
+                                            {"partition_index": 0, "committed_offset": 5}]}]})
+        assert oc["topics"][0]["partitions"][0]["error_code"] == GAF
+        of = ask(ApiKey.OFFSET_FETCH, {"groups": [{"group_id": "raw-g", "topics": None}]})
+        assert of["groups"][0]["error_code"] == GAF
+        dg = ask(ApiKey.DESCRIBE_GROUPS, {"groups": ["raw-g"]})
+        assert dg["groups"][0]["error_code"] == GAF
+        assert ask(ApiKey.LIST_GROUPS, {})["error_code"] == E.NONE
+        dl = ask(ApiKey.DELETE_GROUPS, {"groups_names": ["raw-g"]})
+        assert dl["results"][0]["error_code"] == GAF
+        dt = ask(ApiKey.DELETE_TOPICS, {"topic_names": ["raw"], "timeout_ms": 1000}, version=5)
+        assert dt["responses"][0]["error_code"] == TAF
+        # with READ on the group and the topic: the commit goes through for the readable topic only
+        grant(bs, ResourcePattern(RT.GROUP, "raw-g", PT.LITERAL), allow(ANONYMOUS, Op.READ))
+        grant(bs, topic("raw"), allow(ANONYMOUS, Op.READ))
+        deadline = time.monotonic() + 15  # READ implies DESCRIBE: the coordinator is found (__consumer_offsets made)
+        while ask(ApiKey.FIND_COORDINATOR, {"key_type": 0, "coordinator_keys": ["raw-g"]})["coordinators"][0][
+                "error_code"] != E.NONE and time.monotonic() < deadline:
+            time.sleep(0.1)
+        two = [{"name": n, "partitions": [{"partition_index": 0, "committed_offset": 0}]} for n in ("raw", "hidden")]
+        oc = ask(ApiKey.OFFSET_COMMIT, {"group_id": "raw-g", "generation_id_or_member_epoch": -1, "member_id": "",
+                                        "topics": two})
+        assert {t["name"]: t["partitions"][0]["error_code"] for t in oc["topics"]} == {"raw": E.NONE, "hidden": TAF}
+        of = ask(ApiKey.OFFSET_FETCH, {"group_id": "raw-g", "topics": None}, version=7)
+        assert [t["name"] for t in of["topics"]] == ["raw"]
+        assert [g["group_id"] for g in ask(ApiKey.LIST_GROUPS, {})["groups"]] == ["raw-g"]
+        revoke(bs, topic("raw"))
+        revoke(bs, ResourcePattern(RT.GROUP, "raw-g", PT.LITERAL))
+    assert log_bytes(secured, "raw") == 0
