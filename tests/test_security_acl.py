@@ -328,7 +328,8 @@ def test_granted_rights_let_the_same_principal_produce_and_consume_while_other_t
     p.produce("open", b"denied", on_delivery=lambda err, _m: results.append(("open", err)))
     p.flush(15)
     assert results[0][1] is not None and results[0][1].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
-    revoke(bs, topic("op", PT.PREFIXED))  # the module's other tests start without WRITE anywhere
+    revoke(bs, topic("op", PT.PREFIXED))  # the module's other tests start without these rights
+    revoke(bs, ResourcePattern(RT.GROUP, "open-group", PT.LITERAL))
 
 
 def test_kafkalite_acls_add_list_remove_round_trip(secured):
