@@ -189,11 +189,13 @@ def grant(bootstrap: str, pattern: ResourcePattern, *entries: AclEntry) -> None:
     assert all(r["error_code"] == 0 for r in out["results"]), out
 
 
-def revoke(bootstrap: str, pattern: ResourcePattern) -> None:
+def revoke(bootstrap: str, pattern: ResourcePattern, entry: AclEntry | None = None) -> None:
+    """Delete the pattern's ACLs (only `entry`, if given)."""
     out = acl_request(bootstrap, ApiKey.DELETE_ACLS, {"filters": [
         {"resource_type_filter": int(pattern.resource_type), "resource_name_filter": pattern.name,
-         "pattern_type_filter": int(pattern.pattern_type), "principal_filter": None, "host_filter": None,
-         "operation": int(Op.ANY), "permission_type": int(Perm.ANY)}]})
+         "pattern_type_filter": int(pattern.pattern_type), "principal_filter": entry.principal if entry else None,
+         "host_filter": entry.host if entry else None, "operation": int(entry.operation if entry else Op.ANY),
+         "permission_type": int(entry.permission if entry else Perm.ANY)}]})
     assert out["filter_results"][0]["error_code"] == 0, out
 
 
@@ -516,7 +518,12 @@ def test_every_gate_answers_its_refusal_where_kafka_puts_it(secured):
         assert {t["name"]: t["partitions"][0]["error_code"] for t in oc["topics"]} == {"raw": E.NONE, "hidden": TAF}
         of = ask(ApiKey.OFFSET_FETCH, {"group_id": "raw-g", "topics": None}, version=7)
         assert [t["name"] for t in of["topics"]] == ["raw"]
+        assert "raw-g" in [g["group_id"] for g in ask(ApiKey.LIST_GROUPS, {})["groups"]]  # DESCRIBE on the cluster
+        no_describe = deny(ANONYMOUS, Op.DESCRIBE)
+        grant(bs, CLUSTER, no_describe)  # now only the groups it may DESCRIBE (READ implies it) are listed
         assert [g["group_id"] for g in ask(ApiKey.LIST_GROUPS, {})["groups"]] == ["raw-g"]
+        assert ask(ApiKey.DESCRIBE_CLUSTER, {})["error_code"] == CAF
+        revoke(bs, CLUSTER, no_describe)
         revoke(bs, topic("raw"))
         revoke(bs, ResourcePattern(RT.GROUP, "raw-g", PT.LITERAL))
     assert log_bytes(secured, "raw") == 0
