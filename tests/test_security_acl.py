@@ -120,6 +120,19 @@ def test_a_matching_deny_always_wins(acls, op):
     assert a.authorize(ALICE, op, RT.TOPIC, "payments") == (not denied and allowed)
 
 
+@pytest.mark.parametrize("pattern,why", [
+    (ResourcePattern(RT.CLUSTER, "other", PT.LITERAL), "only valid name for the CLUSTER resource is kafka-cluster"),
+    (ResourcePattern(RT.GROUP, "a/b", PT.LITERAL), "cannot contain '/'"),
+    (ResourcePattern(RT.TOPIC, "*", PT.PREFIXED), "wildcard"),
+    (ResourcePattern(RT.TOPIC, "t", PT.MATCH), "LITERAL or PREFIXED"),
+    (ResourcePattern(RT.ANY, "t", PT.LITERAL), "Invalid resource type"),
+])
+def test_acls_on_invalid_patterns_are_refused(pattern, why):
+    from kafkalite.errors import InvalidRequestError
+    with pytest.raises(InvalidRequestError, match=why):
+        pattern.validate()
+
+
 def test_filters_match_as_kafkas_acl_binding_filter():
     p_lit, p_pre, p_all = topic("payments"), topic("pay", PT.PREFIXED), topic("*")
     match = AclBindingFilter(RT.TOPIC, "payments", PT.MATCH)
@@ -464,6 +477,10 @@ def test_every_gate_answers_its_refusal_where_kafka_puts_it(secured):
         lo = ask(ApiKey.LIST_OFFSETS, {"replica_id": -1, "topics": [{"name": "raw", "partitions": [
             {"partition_index": 0, "timestamp": -1}]}]})
         assert lo["topics"][0]["partitions"][0]["error_code"] == TAF
+        fetch = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "topics": [{"topic": "raw", "partitions": [
+            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1024}]}]}
+        assert ask(ApiKey.FETCH, fetch)["responses"][0]["partitions"][0]["error_code"] == TAF
+        assert ask(ApiKey.FETCH, {**fetch, "replica_id": 7})["responses"][0]["partitions"][0]["error_code"] == TAF
         dr = ask(ApiKey.DELETE_RECORDS, {"topics": [{"name": "raw", "partitions": [
             {"partition_index": 0, "offset": 0}]}], "timeout_ms": 1000})
         assert dr["topics"][0]["partitions"][0]["error_code"] == TAF

@@ -150,6 +150,10 @@ class ResourcePattern:
                                       "PREFIXED")
         if not self.name:
             raise InvalidRequestError("Resource name must not be empty")
+        if "/" in self.name or self.name in (".", ".."):
+            # the name is a znode name (/kafka-acl/<type>/<name>): a '/' would nest it (docs/design.md)
+            raise InvalidRequestError(f"Resource name {self.name!r} cannot hold an ACL: ACLs are stored under the "
+                                      "name as a ZooKeeper node, which cannot contain '/' or be '.' or '..'")
         if self.resource_type == ResourceType.CLUSTER and self.name != CLUSTER_NAME:
             raise InvalidRequestError(f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}")
         if self.pattern_type == PatternType.PREFIXED and self.name == WILDCARD:
