@@ -24,7 +24,6 @@ from kafkalite.broker.authz import UNCHECKED, RequestAuthorizer
 from kafkalite.client import KafkaClient
 from kafkalite.cluster import znodes as z
 from kafkalite.cluster.local_store import LocalStore
-from kafkalite.cluster.zk_store import ZkStore
 from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode
 from kafkalite.security.acl import (
     CLUSTER_NAME,
@@ -379,6 +378,8 @@ def test_kafkalite_acls_add_list_remove_round_trip(secured):
     acls("--remove", "--force", "--topic", "cli-t")
     out = acls("--list", "--topic", "cli-t", "--resource-pattern-type", "any")
     assert "User:" not in out
+    assert "only zookeeper.connect is supported" in acls("--authorizer-properties", "zookeeper.set.acl=true",
+                                                         "--list", ok=False)
 
 
 def test_acl_apis_answer_security_disabled_without_an_authorizer(tmp_path):
@@ -399,9 +400,12 @@ def test_acl_apis_answer_security_disabled_without_an_authorizer(tmp_path):
 def test_an_acl_added_through_one_broker_is_enforced_by_the_others_within_a_second(tmp_path, zk_connect):
     from tests.support.cluster import Cluster
 
-    # the brokers' own principal (ANONYMOUS here) holds ClusterAction, seeded in ZooKeeper before they start
-    seed_store(ZkStore(zk_connect), {CLUSTER: {allow(ANONYMOUS, Op.CLUSTER_ACTION), allow(ANONYMOUS, Op.ALTER),
-                                               allow(ANONYMOUS, Op.DESCRIBE), allow(ANONYMOUS, Op.CREATE)}})
+    # the brokers' own principal (ANONYMOUS here) holds ClusterAction, granted in ZooKeeper before they start
+    r = subprocess.run([sys.executable, "-m", "kafkalite.cli.main", "acls", "--authorizer-properties",
+                        f"zookeeper.connect={zk_connect}", "--add", "--allow-principal", ANONYMOUS, "--cluster",
+                        *[a for op in ("ClusterAction", "Alter", "Describe", "Create") for a in ("--operation", op)]],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "operation=CLUSTER_ACTION" in r.stdout, r.stdout + r.stderr
     c = Cluster(tmp_path, zk_connect, **AUTHORIZER).start()
     try:
         c.create_topic("shared", partitions=1, replication_factor=3)

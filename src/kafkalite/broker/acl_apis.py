@@ -76,13 +76,13 @@ def _wire(b: AclBinding) -> Body:
 class AclApis:
     """The ACL part of one broker (see the module docstring)."""
 
-    def __init__(self, config: BrokerConfig, store: ClusterStore, apis: KafkaApis) -> None:
+    def __init__(self, config: BrokerConfig, store: ClusterStore, apis: KafkaApis | None) -> None:
         self.store = store
         self.authorizer: AclAuthorizer | None = authorizer_from_config(
             config.get("authorizer.class.name"), config.get("super.users"),
             config.get("allow.everyone.if.no.acl.found"))
         self.authz: RequestAuthorizer | None = None
-        if self.authorizer is not None:
+        if self.authorizer is not None and apis is not None:  # None: `kafkalite acls --authorizer-properties`
             self.authz = apis.authz = RequestAuthorizer(
                 self.authorizer, auto_create=lambda: bool(config.get("auto.create.topics.enable")))
         self._seen: dict[str, set[str]] = {z.ACL_CHANGES: set(), z.ACL_EXTENDED_CHANGES: set()}

@@ -9,13 +9,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterable
 from typing import Any
 
 from kafkalite.cli.common import UsageError, add_bootstrap, with_client
 from kafkalite.client import KafkaClient, KafkaClientError
-from kafkalite.errors import InvalidRequestError
+from kafkalite.errors import InvalidRequestError, KafkaliteError
 from kafkalite.protocol import ApiKey, ErrorCode
 from kafkalite.security.acl import (
     CLUSTER_NAME,
@@ -69,6 +70,8 @@ def add_parser(sub: Any) -> None:
                    "the groups")
     p.add_argument("--idempotent", action="store_true", help="with --producer: IDEMPOTENT_WRITE on the cluster")
     p.add_argument("--force", action="store_true", help="--remove without asking")
+    p.add_argument("--authorizer-properties", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="zookeeper.connect=HOST:PORT[/chroot]: change the ACLs in ZooKeeper directly, no broker")
     p.set_defaults(func=run)
 
 
@@ -268,14 +271,69 @@ def _remove(client: KafkaClient, args: Any) -> int:
     return 0
 
 
+class ZooKeeperAcls:
+    """Answers the ACL requests from ZooKeeper itself, with a broker's ACL code (broker/acl_apis.py): what
+    `--authorizer-properties zookeeper.connect=...` talks to instead of a broker (the KafkaClient calls used)."""
+
+    def __init__(self, props: list[str]) -> None:
+        given = {}
+        for item in props:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise UsageError(f"--authorizer-properties: expected KEY=VALUE, got {item!r}")
+            given[key.strip()] = value.strip()
+        unknown = sorted(set(given) - {"zookeeper.connect"})
+        if unknown or not given.get("zookeeper.connect"):
+            raise UsageError(f"--authorizer-properties: only zookeeper.connect is supported (got {sorted(given)})")
+        self.connect = given["zookeeper.connect"]
+
+    def request(self, api: int, body: dict[str, Any], version: int | None = None) -> dict[str, Any]:
+        from kafkalite.broker.acl_apis import AclApis
+        from kafkalite.broker.config import BrokerConfig
+        from kafkalite.cluster.zk_store import ZkStore
+        from kafkalite.config.registry import AUTHORIZER_OWN_CLASS
+        from kafkalite.protocol import RequestHeader
+        from kafkalite.security.session import internal_session
+
+        async def ask() -> dict[str, Any]:
+            store = ZkStore(self.connect)
+            await store.start()
+            try:
+                acls = AclApis(BrokerConfig.load(overrides={"authorizer.class.name": AUTHORIZER_OWN_CLASS}), store,
+                               None)
+                await acls.start()
+                handler = {ApiKey.DESCRIBE_ACLS: acls.describe_acls, ApiKey.CREATE_ACLS: acls.create_acls,
+                           ApiKey.DELETE_ACLS: acls.delete_acls}[ApiKey(api)]
+                return await handler(RequestHeader(api, 3, 1, "kafkalite-acls"), body, internal_session())
+            finally:
+                await store.close()
+        return asyncio.run(ask())
+
+    def __enter__(self) -> ZooKeeperAcls:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
 def run(args: Any) -> int:
-    def body(client: KafkaClient) -> int:
+    def body(client: Any) -> int:
         if args.add:
             return _add(client, args)
         if args.remove:
             return _remove(client, args)
         return _list(client, args)
     try:
+        if args.authorizer_properties:
+            try:
+                with ZooKeeperAcls(args.authorizer_properties) as zk:
+                    return body(zk)
+            except UsageError as exc:
+                print(f"Error: {exc}", file=sys.stderr)
+                return 2
+            except KafkaliteError as exc:  # the broker-side errors too (ZooKeeper unreachable)
+                print(f"Error: {exc}")
+                return 1
         return with_client(args, "kafkalite-acls", body)
     except EOFError:
         print("Error: --remove asks for confirmation on stdin: give --force", file=sys.stderr)
