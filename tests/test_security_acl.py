@@ -548,3 +548,21 @@ def test_every_gate_answers_its_refusal_where_kafka_puts_it(secured):
         revoke(bs, topic("raw"))
         revoke(bs, ResourcePattern(RT.GROUP, "raw-g", PT.LITERAL))
     assert log_bytes(secured, "raw") == 0
+
+
+def test_a_refused_acks_zero_produce_closes_the_connection_and_writes_nothing(secured):
+    """Kafka answers no acks=0 produce; a refused one closes the connection (the client learns of it)."""
+    import socket
+
+    from kafkalite.client import produce_request
+    from kafkalite.protocol import encode_request
+    from kafkalite.records import SimpleRecord, build_batch
+
+    create_as_granted(secured.bootstrap, "fire")
+    batch = bytes(build_batch([SimpleRecord(None, b"refused", int(time.time() * 1000))]))
+    host, port = secured.bootstrap.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(encode_request(ApiKey.PRODUCE, 7, 1, "raw", produce_request({("fire", 0): [batch]}, acks=0,
+                                                                               timeout_ms=1000)))
+        assert s.recv(1) == b""  # closed by the broker, nothing answered
+    assert log_bytes(secured, "fire") == 0
