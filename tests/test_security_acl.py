@@ -537,6 +537,17 @@ def test_every_gate_answers_its_refusal_where_kafka_puts_it(secured):
         oc = ask(ApiKey.OFFSET_COMMIT, {"group_id": "raw-g", "generation_id_or_member_epoch": -1, "member_id": "",
                                         "topics": two})
         assert {t["name"]: t["partitions"][0]["error_code"] for t in oc["topics"]} == {"raw": E.NONE, "hidden": TAF}
+        md = ask(ApiKey.METADATA, {"topics": [{"name": "raw"}], "allow_auto_topic_creation": False,
+                                   "include_cluster_authorized_operations": True,
+                                   "include_topic_authorized_operations": True}, version=10)
+        read_describe = (1 << Op.READ) | (1 << Op.DESCRIBE)
+        assert md["topics"][0]["topic_authorized_operations"] == read_describe
+        assert md["cluster_authorized_operations"] == (1 << Op.ALTER) | (1 << Op.DESCRIBE)
+        dcl = ask(ApiKey.DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": True})
+        assert dcl["cluster_authorized_operations"] == (1 << Op.ALTER) | (1 << Op.DESCRIBE)
+        dg = ask(ApiKey.DESCRIBE_GROUPS, {"groups": ["raw-g", "other-g"], "include_authorized_operations": True})
+        assert {g["group_id"]: (g["error_code"], g["authorized_operations"]) for g in dg["groups"]} == \
+            {"raw-g": (E.NONE, read_describe), "other-g": (GAF, -2147483648)}
         of = ask(ApiKey.OFFSET_FETCH, {"group_id": "raw-g", "topics": None}, version=7)
         assert [t["name"] for t in of["topics"]] == ["raw"]
         assert "raw-g" in [g["group_id"] for g in ask(ApiKey.LIST_GROUPS, {})["groups"]]  # DESCRIBE on the cluster

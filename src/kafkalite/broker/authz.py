@@ -103,6 +103,23 @@ CREATE_PARTITIONS = TopicSpec("topics", lambda t: t["name"], "results", lambda t
     "name": t["name"], "error_code": code, "error_message": _why(code)})
 
 
+# What each resource type's authorized_operations bit field covers (Kafka's supported operations per type).
+TOPIC_OPERATIONS = (Op.READ, Op.WRITE, Op.CREATE, Op.DELETE, Op.ALTER, Op.DESCRIBE, Op.DESCRIBE_CONFIGS,
+                    Op.ALTER_CONFIGS)
+GROUP_OPERATIONS = (Op.READ, Op.DESCRIBE, Op.DELETE)
+CLUSTER_OPERATIONS = (Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE,
+                      Op.ALTER, Op.DESCRIBE)
+
+
+def authorized_operations(c: Check, rtype: ResourceType, name: str, ops: tuple[AclOperation, ...]) -> int:
+    """Kafka's authorized-operations bit field: bit `code` set for each operation the session may perform."""
+    bits = 0
+    for op in ops:
+        if c(op, rtype, name):
+            bits |= 1 << int(op)
+    return bits
+
+
 def _why(code: int) -> str:
     return {int(E.TOPIC_AUTHORIZATION_FAILED): "Authorization failed.",
             E.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
@@ -351,15 +368,20 @@ async def _offset_fetch(ra: RequestAuthorizer, c: Check, h: RequestHeader, body:
 async def _describe_groups(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, handler: Handler) -> Any:
     groups = body.get("groups") or []
     kept = [g for g in groups if c.group(Op.DESCRIBE, g)]
-    if len(kept) == len(groups):
-        return await handler(h, body, c.session)
-    out: Body = await handler(h, {**body, "groups": kept}, c.session) if kept else \
-        {"throttle_time_ms": 0, "groups": []}
-    out["groups"] = list(out["groups"]) + [
-        {"error_code": E.GROUP_AUTHORIZATION_FAILED, "group_id": g, "group_state": "", "protocol_type": "",
-         "protocol_data": "", "members": [], "authorized_operations": AUTHORIZED_OPS_OMITTED}
-        for g in groups if g not in kept]
+    asked = body if len(kept) == len(groups) else {**body, "groups": kept}
+    out: Body = dict(await handler(h, asked, c.session)) if kept else {"throttle_time_ms": 0, "groups": []}
+    described = [dict(g) for g in out.get("groups") or []]
+    if body.get("include_authorized_operations"):
+        for g in described:
+            if g.get("error_code", 0) == E.NONE:
+                g["authorized_operations"] = authorized_operations(c, RT.GROUP, g["group_id"], GROUP_OPERATIONS)
+    out["groups"] = described + [_group_refused(g) for g in groups if g not in kept]
     return out
+
+
+def _group_refused(group: str) -> Body:
+    return {"error_code": E.GROUP_AUTHORIZATION_FAILED, "group_id": group, "group_state": "", "protocol_type": "",
+            "protocol_data": "", "members": [], "authorized_operations": AUTHORIZED_OPS_OMITTED}
 
 
 async def _list_groups(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, handler: Handler) -> Any:
@@ -404,9 +426,27 @@ async def _metadata(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Bod
             return True
         return name != "" and c.topic(Op.DESCRIBE, name)
 
-    out["topics"] = [t for t in out.get("topics") or [] if visible(t)] + [
+    shown = [dict(t) for t in out.get("topics") or [] if visible(t)]
+    if body.get("include_topic_authorized_operations"):
+        for t in shown:
+            if t.get("name") and t.get("error_code", 0) == E.NONE:
+                t["topic_authorized_operations"] = authorized_operations(c, RT.TOPIC, t["name"], TOPIC_OPERATIONS)
+    if body.get("include_cluster_authorized_operations"):
+        out["cluster_authorized_operations"] = authorized_operations(c, RT.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)
+    out["topics"] = shown + [
         {"error_code": E.TOPIC_AUTHORIZATION_FAILED, "name": n, "topic_id": uuid.UUID(int=0), "is_internal": False,
          "partitions": [], "topic_authorized_operations": AUTHORIZED_OPS_OMITTED} for n in refused]
+    return out
+
+
+async def _describe_cluster(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, handler: Handler) -> Any:
+    if not c.cluster(Op.DESCRIBE):
+        return {"throttle_time_ms": 0, "error_code": CODE, "error_message": _why(CODE), "endpoint_type": 1,
+                "cluster_id": "", "controller_id": -1, "brokers": [],
+                "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED}
+    out = dict(await handler(h, body, c.session))
+    if body.get("include_cluster_authorized_operations"):
+        out["cluster_authorized_operations"] = authorized_operations(c, RT.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)
     return out
 
 
@@ -464,9 +504,7 @@ GATES: dict[int, Gate] = {
     ApiKey.CONTROLLED_SHUTDOWN: _on_cluster(Op.CLUSTER_ACTION, _cluster_error(remaining_partitions=[])),
     ApiKey.ELECT_LEADERS: _on_cluster(Op.ALTER, _elect_refused),
     ApiKey.DESCRIBE_LOG_DIRS: _on_cluster(Op.DESCRIBE, _cluster_error(throttle_time_ms=0, results=[])),
-    ApiKey.DESCRIBE_CLUSTER: _on_cluster(Op.DESCRIBE, _cluster_error(
-        throttle_time_ms=0, error_message=_why(CODE), endpoint_type=1, cluster_id="", controller_id=-1, brokers=[],
-        cluster_authorized_operations=AUTHORIZED_OPS_OMITTED)),
+    ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
     ApiKey.DESCRIBE_ACLS: _on_cluster(Op.DESCRIBE, _describe_acls_refused),
     ApiKey.CREATE_ACLS: _on_cluster(Op.ALTER, _create_acls_refused),
     ApiKey.DELETE_ACLS: _on_cluster(Op.ALTER, _delete_acls_refused),
