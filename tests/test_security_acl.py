@@ -378,6 +378,15 @@ def test_kafkalite_acls_add_list_remove_round_trip(secured):
     acls("--remove", "--force", "--topic", "cli-t")
     out = acls("--list", "--topic", "cli-t", "--resource-pattern-type", "any")
     assert "User:" not in out
+    # the ACLs are znodes of the broker's metadata file; its change notifications are deleted once applied
+    import json
+    znodes = json.loads((secured.data_dir / "kafkalite-metadata.json").read_text())["znodes"]
+    assert "/kafka-acl-extended/prefixed/Topic/cli-t" not in znodes and "/kafka-acl/Group/cli-g" in znodes
+    deadline = time.monotonic() + 5
+    while any(p.startswith(("/kafka-acl-changes/", "/kafka-acl-extended-changes/")) for p in znodes):
+        assert time.monotonic() < deadline, sorted(znodes)
+        time.sleep(0.1)
+        znodes = json.loads((secured.data_dir / "kafkalite-metadata.json").read_text())["znodes"]
     assert "only zookeeper.connect is supported" in acls("--authorizer-properties", "zookeeper.set.acl=true",
                                                          "--list", ok=False)
 
@@ -423,6 +432,7 @@ def test_an_acl_added_through_one_broker_is_enforced_by_the_others_within_a_seco
         c.wait_for("every broker lets ANONYMOUS describe 'shared'",
                    lambda: all(described(b) == E.NONE for b in (2, 3)), timeout_s=5)
         assert time.monotonic() - started < 1.5
+        assert c.zk().get_children("/kafka-acl-extended-changes")  # kept for 15 minutes, as Kafka
     finally:
         c.stop()
 

@@ -43,6 +43,7 @@ log = logging.getLogger("kafkalite.broker.acls")
 E = ErrorCode
 Body = dict[str, Any]
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
+CHANGE_EXPIRY_MS = 15 * 60 * 1000  # Kafka's changeExpirationMs: older ACL change notifications are deleted
 WRITE_ATTEMPTS = 20  # conditional writes retried when another broker changed the same pattern meanwhile
 
 
@@ -140,6 +141,10 @@ class AclApis:
                     self.authorizer.set_resource(pattern, entries)
                 except KafkaliteError as exc:
                     log.error("Cannot apply the ACL change %s: %s", node, exc)
+            try:
+                await self.store.purge_acl_changes(path, CHANGE_EXPIRY_MS)
+            except KafkaliteError as exc:
+                log.warning("Cannot purge old ACL change notifications under %s: %s", path, exc)
 
     # --- the APIs ---------------------------------------------------------------------------------------
 

@@ -155,6 +155,12 @@ class ClusterStore(ABC):
         removes the record. Then a change notification every broker watches. False (nothing written) when the
         record changed meanwhile: re-read and retry."""
 
+    @abstractmethod
+    async def purge_acl_changes(self, path: str, older_than_ms: int) -> int:
+        """Delete the change notifications under `path` made more than `older_than_ms` ago (Kafka's
+        ZkNodeChangeNotificationListener purge); returns how many. A store without creation times (the single
+        broker's, where this broker is the only reader) treats every notification as old."""
+
     # --- producer ids ------------------------------------------------------------------------------
 
     @abstractmethod

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -504,6 +505,20 @@ class ZkStore(ClusterStore):
                            z.encode_acl_change(pattern), sequence=True, makepath=True)
             return True
         return bool(await self._run(run))
+
+    async def purge_acl_changes(self, path: str, older_than_ms: int) -> int:
+        def run() -> int:
+            cutoff = time.time() * 1000 - older_than_ms
+            purged = 0
+            for child in self.zk.get_children(path):
+                node = f"{path}/{child}"
+                stat = self.zk.exists(node)
+                if stat is not None and stat.ctime < cutoff:
+                    with contextlib.suppress(NoNodeError):
+                        self.zk.delete(node)
+                        purged += 1
+            return purged
+        return int(await self._run(run))
 
     # --- producer ids ------------------------------------------------------------------------------
 
