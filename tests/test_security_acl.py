@@ -10,6 +10,7 @@ ZooKeeper before enabling an authorizer. `client_config(bootstrap, principal)` i
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -157,6 +158,23 @@ def test_acl_znodes_use_kafkas_paths_and_json():
     assert z.decode_acl_change(f"{z.ACL_CHANGES}/acl_changes_0000000001", b"Topic:orders") == topic("orders")
     with pytest.raises(z.ZnodeFormatError, match="/p"):
         z.decode_acls("/p", b'{"version":1,"acls":[{"principal":"User:a"}]}')
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200) | st.builds(lambda d: json.dumps(d).encode(), st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(
+        st.sampled_from(["version", "acls", "principal", "host", "operation", "permissionType", "resourceType",
+                         "name", "patternType"]), kids, max_size=5), max_leaves=12)))
+def test_malformed_acl_znodes_fail_naming_the_path(data):
+    """Whatever a znode holds, decoding gives ACLs or ZnodeFormatError naming the path, nothing else."""
+    for path, decode in (("/kafka-acl/Topic/t", z.decode_acls),
+                         (f"{z.ACL_CHANGES}/acl_changes_0000000001", z.decode_acl_change),
+                         (f"{z.ACL_EXTENDED_CHANGES}/acl_changes_0000000001", z.decode_acl_change)):
+        try:
+            decode(path, data)
+        except z.ZnodeFormatError as exc:
+            assert path in str(exc)
 
 
 def test_every_served_api_has_an_authorization_gate():
@@ -379,7 +397,6 @@ def test_kafkalite_acls_add_list_remove_round_trip(secured):
     out = acls("--list", "--topic", "cli-t", "--resource-pattern-type", "any")
     assert "User:" not in out
     # the ACLs are znodes of the broker's metadata file; its change notifications are deleted once applied
-    import json
     znodes = json.loads((secured.data_dir / "kafkalite-metadata.json").read_text())["znodes"]
     assert "/kafka-acl-extended/prefixed/Topic/cli-t" not in znodes and "/kafka-acl/Group/cli-g" in znodes
     deadline = time.monotonic() + 5
