@@ -97,11 +97,10 @@ def test_bad_listeners(listeners):
     {"listeners": "PLAINTEXT://127.0.0.1:9092", "listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT"},
     {"listener.name.internal.sasl.enabled.mechanisms": "PLAIN"},
     {"sasl.mechanism.inter.broker.protocol": "PLAIN"},
-    {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"},
     {"security.inter.broker.protocol": "SASL_PLAINTEXT"},
 ])
 def test_security_settings_are_refused(props):
-    with pytest.raises(InvalidConfigError, match="SASL and ACLs are not implemented"):
+    with pytest.raises(InvalidConfigError, match="SASL is not implemented"):
         load(**props)
 
 
@@ -112,6 +111,20 @@ def test_tls_settings_are_accepted():
     assert cfg.listener_prop("SSL", "ssl.keystore.location") == "/k.p12"
     assert cfg.listener_prop("SSL", "ssl.client.auth") == "required"
     assert cfg.get("ssl.keystore.location") == ""
+
+
+@pytest.mark.parametrize("name", ["kafkalite.security.acl.AclAuthorizer", "kafka.security.authorizer.AclAuthorizer",
+                                  "org.apache.kafka.metadata.authorizer.StandardAuthorizer", ""])
+def test_kafkas_authorizer_class_names_select_the_acl_authorizer(name):
+    cfg = load(**{"authorizer.class.name": name, "super.users": "User:admin;User:broker",
+                  "allow.everyone.if.no.acl.found": "true"})
+    assert cfg.get("authorizer.class.name") == name and cfg.get("allow.everyone.if.no.acl.found") is True
+
+
+def test_another_authorizer_class_is_refused_by_name():
+    refused = r"com\.example\.MyAuthorizer.*kafka\.security\.authorizer\.AclAuthorizer"
+    with pytest.raises(InvalidConfigError, match=refused):
+        load(**{"authorizer.class.name": "com.example.MyAuthorizer"})
 
 
 def test_a_protocol_map_with_ssl_entries_is_fine_while_listeners_are_plaintext():

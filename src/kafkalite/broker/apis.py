@@ -12,7 +12,7 @@ import logging
 import re
 import shutil
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
@@ -28,6 +28,9 @@ from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode, RequestHea
 from kafkalite.security.session import Session
 from kafkalite.storage.log import FetchIsolation
 from kafkalite.storage.log_config import CONFIGS_BY_NAME, LogConfig
+
+if TYPE_CHECKING:
+    from kafkalite.broker.authz import RequestAuthorizer
 
 log = logging.getLogger("kafkalite.broker.apis")
 
@@ -68,6 +71,8 @@ class KafkaApis:
         # Set once the broker's cluster part is installed and has its first metadata (Kafka enables request
         # processing at the end of its start-up likewise): a client connecting early waits, not misled.
         self.ready = asyncio.Event()
+        # Set when authorizer.class.name is (broker/acl_apis.py): every request then passes its gate first.
+        self.authz: RequestAuthorizer | None = None
         self._handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.PRODUCE: self.produce,
@@ -99,7 +104,10 @@ class KafkaApis:
     async def handle(self, header: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any] | None:
         if not self.ready.is_set() and header.api_key not in STARTUP_APIS:
             await self.ready.wait()
-        return await self._handlers[header.api_key](header, body, session)
+        handler = self._handlers[header.api_key]
+        if self.authz is not None:
+            return await self.authz.handle(header, body, session, handler)
+        return await handler(header, body, session)
 
     # --- cluster ----------------------------------------------------------------------------------
 

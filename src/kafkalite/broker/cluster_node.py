@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
+from kafkalite.broker.acl_apis import AclApis
 from kafkalite.broker.apis import CloseConnection, KafkaApis
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import INTERNAL_TOPICS, validate_topic_name, write_partition_topic_id
@@ -102,6 +103,7 @@ class ClusterNode:
         # ZooKeeper (zookeeper.connect set) or, for a single broker, cluster/local_store.py: the same code runs
         self.store = store
         self.single = not config.get("zookeeper.connect")
+        self.acls = AclApis(config, store, apis)  # authorizer.class.name: the ACL cache and the ACL APIs
         self.local_failures: dict[tuple[str, int], tuple[int, str]] = {}  # partitions LeaderAndIsr could not host
         # Other brokers are reached on the inter-broker listener; clients are told the endpoints of the
         # listener their request arrived on (session.listener), as Kafka does.
@@ -149,6 +151,7 @@ class ClusterNode:
         self.replicas.partitions.clear()
         self._install()  # first: client requests wait for the broker's start-up (KafkaApis.ready), not longer
         await self.store.start()
+        await self.acls.start()  # before any request is authorized (other controllers' requests come early)
         local = self.apis.cluster_id()
         cluster_id = await self.store.get_or_create_cluster_id(local)
         if cluster_id != local:
@@ -268,6 +271,10 @@ class ClusterNode:
             self.apis.coordinator.partition_exists = lambda t, p: self.cache.partition(t, p) is not None
             for key in GROUP_API_KEYS:
                 h[key] = self.group_request
+        self.acls.install(h)
+        if self.acls.authz is not None:
+            self.acls.authz.topic_exists = lambda name: name in self.cache.topics
+            self.acls.authz.topic_name_of = self.cache.by_id
 
     # --- controller requests ----------------------------------------------------------------------
 
@@ -587,6 +594,8 @@ class ClusterNode:
     async def metadata(self, h: RequestHeader, body: dict[str, Any], session: Session) -> Any:
         """Answered from the cache; the encoded answer is kept until the next UpdateMetadata, since the same
         questions come again and again (every client refreshes its metadata periodically)."""
+        if self.apis.authz is not None:  # the answer depends on the principal: not kept
+            return await self._metadata(h, body, session.listener)
         requested = body.get("topics")
         names = None if requested is None else tuple((t.get("name"), t.get("topic_id")) for t in requested)
         key = (h.api_version, names, bool(body.get("allow_auto_topic_creation", True)), session.listener)

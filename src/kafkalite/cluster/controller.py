@@ -93,7 +93,7 @@ class Controller:
         self.live: dict[int, BrokerRegistration] = {}
         self.assignments: dict[str, TopicAssignment] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
-        self.channels = ControllerChannels(self.settings.security)
+        self.channels = ControllerChannels(self.settings.security, self_id=broker_id)
         self._queue: asyncio.Queue[Event] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._watching = False

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkalite.errors import KafkaliteError
+from kafkalite.security.acl import AclEntry, AclOperation, AclPermission, PatternType, ResourcePattern, ResourceType
 from kafkalite.storage.checkpoint import uuid_from_base64, uuid_to_base64
 
 BROKER_IDS = "/brokers/ids"
@@ -30,13 +31,18 @@ ISR_CHANGE_PREFIX = "isr_change_"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 LOG_DIR_EVENTS = "/log_dir_event_notification"
 CLUSTER_ID = "/cluster/id"
+ACLS = "/kafka-acl"  # literal patterns: /kafka-acl/<ResourceType>/<name>
+ACLS_EXTENDED = "/kafka-acl-extended"  # others: /kafka-acl-extended/prefixed/<ResourceType>/<name>
+ACL_CHANGES = "/kafka-acl-changes"  # acl_changes_<seq>: "<RESOURCE_TYPE>:<name>" of a changed literal pattern
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"  # acl_changes_<seq>: JSON naming a changed pattern
+ACL_CHANGE_PREFIX = "acl_changes_"
 PRODUCER_ID_BLOCK_SIZE = 1000
 
 # Kafka creates these at start-up (ZkData.PersistentZkPaths) so watches and children reads always work.
 PERSISTENT_PATHS = (
     "/consumers", BROKER_IDS, BROKER_TOPICS, BROKER_SEQID, CONFIG_CHANGES, DELETE_TOPICS, ISR_CHANGE,
     LATEST_PRODUCER_ID_BLOCK, LOG_DIR_EVENTS, CONFIG_TOPICS, "/config/clients", "/config/users",
-    "/config/brokers", "/config/ips",
+    "/config/brokers", "/config/ips", ACLS, ACLS_EXTENDED, ACL_CHANGES, ACL_EXTENDED_CHANGES,
 )
 
 
@@ -321,3 +327,62 @@ def decode_cluster_id(data: bytes) -> str:
 
 def new_cluster_id() -> str:
     return topic_id_to_str(uuid.uuid4())
+
+
+# --- ACLs (Kafka's ZkAclStore, ResourceZNode, AclEntry JSON, LiteralAclChangeStore / ExtendedAclChangeStore) ---
+
+def acl_type_path(pattern_type: PatternType, resource_type: ResourceType) -> str:
+    root = ACLS if pattern_type == PatternType.LITERAL else f"{ACLS_EXTENDED}/{pattern_type.name.lower()}"
+    return f"{root}/{resource_type.title}"
+
+
+def acl_path(pattern: ResourcePattern) -> str:
+    return f"{acl_type_path(pattern.pattern_type, pattern.resource_type)}/{pattern.name}"
+
+
+def acl_change_dir(pattern_type: PatternType) -> str:
+    return ACL_CHANGES if pattern_type == PatternType.LITERAL else ACL_EXTENDED_CHANGES
+
+
+def encode_acls(entries: Sequence[AclEntry]) -> bytes:
+    return _dump({"version": 1, "acls": [{"principal": e.principal, "permissionType": e.permission.title,
+                                          "operation": e.operation.title, "host": e.host} for e in entries]})
+
+
+def _enum_by_title(enum_cls: Any, text: Any) -> Any:
+    key = str(text).replace("_", "").upper()
+    for m in enum_cls:
+        if m.name.replace("_", "") == key:
+            return m
+    raise ValueError(f"unknown {enum_cls.__name__} {text!r}")
+
+
+def decode_acls(path: str, data: bytes) -> frozenset[AclEntry]:
+    doc = _load(path, data)
+    try:
+        return frozenset(AclEntry(str(a["principal"]), str(a["host"]), _enum_by_title(AclOperation, a["operation"]),
+                                  _enum_by_title(AclPermission, a["permissionType"])) for a in doc.get("acls", []))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _bad(path, exc) from None
+
+
+def encode_acl_change(pattern: ResourcePattern) -> bytes:
+    if pattern.pattern_type == PatternType.LITERAL:
+        return f"{pattern.resource_type.name}:{pattern.name}".encode()
+    return _dump({"version": 1, "resourceType": pattern.resource_type.name, "name": pattern.name,
+                  "patternType": pattern.pattern_type.name})
+
+
+def decode_acl_change(path: str, data: bytes) -> ResourcePattern:
+    """The resource pattern a change notification names (either change directory's format)."""
+    try:
+        if path.startswith(ACL_EXTENDED_CHANGES + "/"):
+            doc = _load(path, data)
+            return ResourcePattern(_enum_by_title(ResourceType, doc["resourceType"]), str(doc["name"]),
+                                   _enum_by_title(PatternType, doc["patternType"]))
+        kind, sep, name = data.decode("utf-8").partition(":")
+        if not sep:
+            raise ValueError(f"expected ResourceType:name, got {data!r}")
+        return ResourcePattern(_enum_by_title(ResourceType, kind), name, PatternType.LITERAL)
+    except (KeyError, UnicodeDecodeError, ValueError) as exc:
+        raise _bad(path, exc) from None

@@ -15,7 +15,7 @@ from kafkalite.errors import InvalidConfigError
 DEFAULT_PORT = 9092
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
-NOT_IMPLEMENTED = "SASL and ACLs are not implemented in kafkalite yet; use PLAINTEXT or SSL listeners"
+NOT_IMPLEMENTED = "SASL is not implemented in kafkalite yet; use PLAINTEXT or SSL listeners"
 _LISTENER = re.compile(r"^(?:(?P<name>[A-Za-z0-9_]+)://)?(?P<host>\[[^\]]*\]|[^:]*):(?P<port>-?\d+)$")
 
 

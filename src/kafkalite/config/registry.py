@@ -11,9 +11,9 @@ this table rather than keeping their own. The `log.*` topic defaults are derived
 - "used": read by kafkalite;
 - "none": a Kafka key we recognise but that changes nothing in kafkalite (a single broker, one asyncio loop,
   features not built yet): setting it logs a WARNING naming it and why.
-TLS keys (`ssl.*`, also per listener as `listener.name.<name>.ssl.*`) are real (security/tls.py reads them);
-SASL keys and the authorizer are refused outright until implemented, as is any `ssl.*` key kafkalite cannot
-honour: see `security_refusals`.
+TLS keys (`ssl.*`, also per listener as `listener.name.<name>.ssl.*`) are real (security/tls.py reads them),
+as is the ACL authorizer (security/acl.py); SASL keys are refused outright until implemented, as is any
+`ssl.*` key kafkalite cannot honour: see `security_refusals`.
 """
 
 from __future__ import annotations
@@ -89,6 +89,20 @@ def _positive(v: Any) -> str | None:
     return None if v > 0 else "Value must be above 0"
 
 
+# authorizer.class.name values that select kafkalite's ACL authorizer (security/acl.py): its own class name
+# and the names of Kafka's two ACL authorizers, so a Kafka server.properties keeps working unchanged.
+AUTHORIZER_OWN_CLASS = "kafkalite.security.acl.AclAuthorizer"
+AUTHORIZER_CLASSES = frozenset({AUTHORIZER_OWN_CLASS, "kafka.security.authorizer.AclAuthorizer",
+                                "org.apache.kafka.metadata.authorizer.StandardAuthorizer"})
+
+
+def _authorizer(v: Any) -> str | None:
+    if not str(v).strip() or str(v).strip() in AUTHORIZER_CLASSES:
+        return None
+    return f"Unknown authorizer class {str(v).strip()}: kafkalite provides one ACL authorizer, selected by " \
+        f"{', '.join(sorted(AUTHORIZER_CLASSES))}"
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerKey:
     name: str
@@ -120,7 +134,11 @@ _BROKER: tuple[BrokerKey, ...] = (
        "listener name -> security protocol"),
     _k("security.inter.broker.protocol", "str", "PLAINTEXT", "protocol between brokers (the listener of that "
        "name, when inter.broker.listener.name is not set)", _inter_broker_protocol),
-    _k("authorizer.class.name", "str", "", "ACL authorizer (not implemented: must stay empty)"),
+    _k("authorizer.class.name", "str", "", "the authorizer: kafkalite's ACL authorizer (its own name, or Kafka's "
+       "kafka.security.authorizer.AclAuthorizer / org.apache.kafka.metadata.authorizer.StandardAuthorizer); "
+       "empty: none, every request allowed", _authorizer),
+    _k("super.users", "str", "", "principals allowed everything, separated by ';' (User:admin;User:broker)"),
+    _k("allow.everyone.if.no.acl.found", "bool", False, "allow every principal on a resource without ACLs"),
     _k("socket.request.max.bytes", "int", 104857600, "largest request accepted", at_least(1)),
     _k("connections.max.idle.ms", "long", 600000, "close connections idle this long", at_least(1)),
     _k("fetch.max.bytes", "int", 57671680, "most bytes one fetch response returns", at_least(0)),
@@ -326,10 +344,10 @@ def listener_key(name: str) -> tuple[str, str] | None:
 
 
 def security_refusals(props: Mapping[str, object]) -> list[str]:
-    """Settings asking for what kafkalite cannot do (SASL, ACLs, an ssl.* key it cannot honour): refused, since
+    """Settings asking for what kafkalite cannot do (SASL, an ssl.* key it cannot honour): refused, since
     running without them would mislead."""
     out = []
-    for k, v in props.items():
+    for k in props:
         per_listener = listener_key(k)
         key = per_listener[1] if per_listener else k
         if key.startswith("ssl."):
@@ -339,8 +357,6 @@ def security_refusals(props: Mapping[str, object]) -> list[str]:
                 out.append(f"{k} is set: kafkalite does not support this TLS setting")
         elif key.startswith("sasl.") or (per_listener and ".sasl." in f".{key}"):
             out.append(f"{k} is set: {NOT_IMPLEMENTED}")
-        elif k == "authorizer.class.name" and str(v).strip():
-            out.append(f"authorizer.class.name={str(v).strip()} is set: {NOT_IMPLEMENTED}")
     return out
 
 
