@@ -81,6 +81,8 @@ class KafkaApis:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
             ApiKey.DESCRIBE_LOG_DIRS: self.describe_log_dirs,
+            ApiKey.SASL_HANDSHAKE: self.sasl_outside_sasl_listener,
+            ApiKey.SASL_AUTHENTICATE: self.sasl_outside_sasl_listener,
         }
         if coordinator is not None:
             self._handlers[ApiKey.FIND_COORDINATOR] = self.find_coordinator
@@ -120,6 +122,15 @@ class KafkaApis:
             if not (_SOFTWARE.match(name) and _SOFTWARE.match(version)):
                 return {"error_code": E.INVALID_REQUEST, "api_keys": keys, "throttle_time_ms": 0}
         return {"error_code": E.NONE, "api_keys": keys, "throttle_time_ms": 0}
+
+    async def sasl_outside_sasl_listener(self, h: RequestHeader, body: dict[str, Any], session: Session
+                                         ) -> dict[str, Any]:
+        """SASL requests reach a handler only on a listener without SASL (a SASL_* listener's authenticator
+        in broker/server.py answers them): Kafka answers ILLEGAL_SASL_STATE."""
+        if h.api_key == ApiKey.SASL_HANDSHAKE:
+            return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": []}
+        return {"error_code": E.ILLEGAL_SASL_STATE, "auth_bytes": b"", "session_lifetime_ms": 0,
+                "error_message": f"SASL is not enabled on listener {session.listener} ({session.protocol})"}
 
     def _rack(self) -> str | None:
         return self.config.get("broker.rack") or None

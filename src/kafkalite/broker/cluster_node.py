@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -35,6 +36,7 @@ from kafkalite.broker.metadata import INTERNAL_TOPICS, validate_topic_name, writ
 from kafkalite.broker.partition import Partition
 from kafkalite.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
+from kafkalite.broker.scram_admin import ScramAdmin
 from kafkalite.broker.topic_admin import MAX_PARTITIONS_PER_REQUEST
 from kafkalite.cluster import znodes as z
 from kafkalite.cluster.assignment import assign_replicas
@@ -60,6 +62,7 @@ from kafkalite.errors import (
 )
 from kafkalite.protocol import ApiKey, ErrorCode, PreEncoded, RequestHeader, encode_response_body
 from kafkalite.security.session import Session
+from kafkalite.security.transport import ClientSecurity, sasl_for_inter_broker
 
 log = logging.getLogger("kafkalite.broker.cluster")
 
@@ -90,6 +93,21 @@ def _operations_settings(config: BrokerConfig) -> dict[str, Any]:
             "imbalance_percentage": config.get("leader.imbalance.per.broker.percentage")}
 
 
+def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
+    """How this broker connects to the others (and its own controller to it): the inter-broker listener's
+    protocol; over SASL_* with sasl.mechanism.inter.broker.protocol and the username/password of that listener's
+    JAAS entry for the mechanism (the SASL part of the TLS helper's ClientSecurity.for_inter_broker)."""
+    listener = config.inter_broker_listener().name
+    protocol = config.security_protocol(listener)
+    if not protocol.startswith("SASL_"):
+        return ClientSecurity(protocol)
+    mechanism = str(config.get("sasl.mechanism.inter.broker.protocol")).strip().upper()
+    try:
+        return sasl_for_inter_broker(protocol, mechanism, config.sasl_jaas_config(listener, mechanism))
+    except ValueError as exc:
+        raise KafkaliteError(f"listener {listener}: {exc}") from None
+
+
 class ClusterNode:
     def __init__(self, config: BrokerConfig, replicas: ReplicaManager, apis: KafkaApis, store: ClusterStore) -> None:
         self.config = config
@@ -99,6 +117,8 @@ class ClusterNode:
         self.node_id = config.node_id
         # ZooKeeper (zookeeper.connect set) or, for a single broker, cluster/local_store.py: the same code runs
         self.store = store
+        self.scram_admin = ScramAdmin(store)
+        self.scram = self.scram_admin.credentials  # SCRAM users, read by the SASL authenticator (server.py)
         self.single = not config.get("zookeeper.connect")
         self.local_failures: dict[tuple[str, int], tuple[int, str]] = {}  # partitions LeaderAndIsr could not host
         adv = config.advertised()[0]
@@ -107,10 +127,11 @@ class ClusterNode:
             self.node_id, tuple(z.Endpoint(li.name, li.host, li.port) for li in config.advertised()),
             config.get("broker.rack") or None)
         self.cache = MetadataCache(self.listener)
+        self.security = inter_broker_security(config)
         self.controller = Controller(self.store, self.node_id,
                                      ControllerSettings(config.get("unclean.leader.election.enable"),
                                                         config.inter_broker_listener().name,
-                                                        **_operations_settings(config)),
+                                                        **_operations_settings(config), security=self.security),
                                      topic_unclean=self._topic_unclean, initial_epoch=self._initial_epoch)
         self.broker_epoch = -1
         self._pid_block: z.ProducerIdBlock | None = None
@@ -123,7 +144,8 @@ class ClusterNode:
         self._seen_changes: set[str] = set()
         self._changes_primed = False
         self._config_tasks: set[asyncio.Task[None]] = set()
-        self.fetchers = ReplicaFetcherManager(FetcherSettings.from_config(config),
+        self.fetchers = ReplicaFetcherManager(dataclasses.replace(FetcherSettings.from_config(config),
+                                                                  security=self.security),
                                               lambda t, p: replicas.partitions.get((t, p)),
                                               replicas.io_failed)
         self._stopping = asyncio.Event()
@@ -165,6 +187,7 @@ class ClusterNode:
             self.replicas.run_isr_expiration(self._stopping), name="isr-expiration")
         self.store.watch_children(z.CONFIG_CHANGES, self._on_config_changes)
         await self._sync_local_configs()
+        await self.scram_admin.load()
         if self.single:
             await self._wait_for_own_controller()
 
@@ -251,6 +274,8 @@ class ClusterNode:
             ApiKey.LEADER_AND_ISR: self.leader_and_isr, ApiKey.STOP_REPLICA: self.stop_replica,
             ApiKey.UPDATE_METADATA: self.update_metadata,
             ApiKey.CONTROLLED_SHUTDOWN: self.controlled_shutdown_request, ApiKey.ELECT_LEADERS: self.elect_leaders,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.scram_admin.describe,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.scram_admin.alter,
         })
         self._describe_configs, self._alter_configs = h[ApiKey.DESCRIBE_CONFIGS], h[ApiKey.ALTER_CONFIGS]
         self._incremental_alter_configs = h[ApiKey.INCREMENTAL_ALTER_CONFIGS]
@@ -550,7 +575,8 @@ class ClusterNode:
             else:
                 try:
                     answer = await request_once(controller.host, controller.port, ApiKey.CONTROLLED_SHUTDOWN, 3,
-                                                {"broker_id": self.node_id, "broker_epoch": self.broker_epoch})
+                                                {"broker_id": self.node_id, "broker_epoch": self.broker_epoch},
+                                                security=self.security)
                     took_ms = (time.monotonic() - started) * 1000
                     remaining = [f"{r['topic_name']}-{r['partition_index']}" for r in answer["remaining_partitions"]]
                     if answer["error_code"] != E.NONE:
@@ -925,6 +951,8 @@ class ClusterNode:
                 kind, name = z.decode_config_change(path, data)
                 if kind == "topics" and name in self.replicas.metadata.topics:
                     self._apply_local_config(name, await self.store.topic_config(name))
+                elif kind == "users":
+                    await self.scram_admin.refresh(name)
             except KafkaliteError as exc:
                 log.error("Cannot process the config change %s: %s", path, exc)
         task = asyncio.current_task()

@@ -65,7 +65,7 @@ def parse_protocol_map(value: str) -> dict[str, str]:
 
 
 # The protocols a listener may speak today; the others are refused by name rather than served as plaintext.
-IMPLEMENTED_PROTOCOLS = frozenset({"PLAINTEXT"})
+IMPLEMENTED_PROTOCOLS = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
 
 
 def check_protocols(listeners: list[Listener], protocol_map: dict[str, str], key: str) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafkalite.config.listeners import DEFAULT_PORT, NOT_IMPLEMENTED
+from kafkalite.config.listeners import DEFAULT_PORT, IMPLEMENTED_PROTOCOLS, NOT_IMPLEMENTED
 from kafkalite.storage.log_config import (
     BROKER_UNIT_KEYS,
     BROKER_UNIT_MINIMUM,
@@ -49,7 +49,26 @@ def _codec(v: Any) -> str | None:
 
 
 def _plaintext(v: Any) -> str | None:
-    return None if v.upper() == "PLAINTEXT" else NOT_IMPLEMENTED
+    return None if v.upper() in IMPLEMENTED_PROTOCOLS else NOT_IMPLEMENTED
+
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # what kafkalite's authenticator speaks
+SASL_REFUSED = ("GSSAPI", "OAUTHBEARER")  # Kafka's other built-in mechanisms: refused by name
+
+
+def _sasl_mechanisms(v: Any) -> str | None:
+    """sasl.enabled.mechanisms: the list is only checked when a SASL listener uses it (Kafka's default GSSAPI
+    is harmless on a PLAINTEXT broker); here only the names must be known."""
+    return None
+
+
+def _sasl_mechanism(v: Any) -> str | None:
+    name = str(v).strip().upper()
+    if name in SASL_MECHANISMS:
+        return None
+    if name in SASL_REFUSED:
+        return f"SASL mechanism {name} is not supported by kafkalite (supported: {', '.join(SASL_MECHANISMS)})"
+    return f"unknown SASL mechanism {name} (supported: {', '.join(SASL_MECHANISMS)})"
 
 
 def _ibp(v: Any) -> str | None:
@@ -97,10 +116,23 @@ _BROKER: tuple[BrokerKey, ...] = (
     _k("advertised.listeners", "str", "", "addresses given to clients in Metadata (default: listeners)"),
     _k("listener.security.protocol.map", "str",
        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-       "listener name -> security protocol (only PLAINTEXT is implemented)"),
-    _k("security.inter.broker.protocol", "str", "PLAINTEXT", "protocol between brokers (only PLAINTEXT)",
+       "listener name -> security protocol"),
+    _k("security.inter.broker.protocol", "str", "PLAINTEXT", "protocol between brokers",
        _plaintext),
     _k("authorizer.class.name", "str", "", "ACL authorizer (not implemented: must stay empty)"),
+    # SASL (security/sasl.py); per-listener forms listener.name.<l>.<key> and, for JAAS,
+    # listener.name.<l>.<mechanism>.sasl.jaas.config (see `listener_override_base`)
+    _k("sasl.enabled.mechanisms", "list", ("GSSAPI",), "SASL mechanisms a SASL_* listener offers (PLAIN, "
+       "SCRAM-SHA-256, SCRAM-SHA-512; Kafka's default GSSAPI, and OAUTHBEARER, are refused on a SASL listener)",
+       _sasl_mechanisms),
+    _k("sasl.mechanism.inter.broker.protocol", "str", "GSSAPI", "the SASL mechanism brokers log in to each other "
+       "with over a SASL_* inter-broker listener"),
+    _k("sasl.jaas.config", "str", "", "JAAS login module text: PlainLoginModule with the broker's own "
+       "username/password and user_<name>=\"<password>\" entries; ScramLoginModule with username/password"),
+    _k("sasl.server.max.receive.size", "int", 524288, "largest frame accepted before SASL authentication",
+       at_least(1)),
+    _k("connections.max.reauth.ms", "long", 0, "SASL session lifetime: a connection must re-authenticate "
+       "within it (0: sessions do not expire)", at_least(0)),
     _k("socket.request.max.bytes", "int", 104857600, "largest request accepted", at_least(1)),
     _k("connections.max.idle.ms", "long", 600000, "close connections idle this long", at_least(1)),
     _k("fetch.max.bytes", "int", 57671680, "most bytes one fetch response returns", at_least(0)),
@@ -265,12 +297,30 @@ def closest(name: str) -> str | None:
     return found[0] if found else None
 
 
+_LISTENER_KEY = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
+_MECHANISM_PREFIXES = tuple(f"{m.lower()}." for m in (*SASL_MECHANISMS, *SASL_REFUSED))
+
+
+def listener_override_base(name: str) -> str | None:
+    """The registered key a per-listener override stands for: `listener.name.<l>.<key>` (Kafka's
+    ListenerName.configPrefix) and, for JAAS, `listener.name.<l>.<mechanism>.sasl.jaas.config`; None when
+    `name` is no such key."""
+    m = _LISTENER_KEY.match(name)
+    if m is None:
+        return None
+    rest = m.group(2)
+    for prefix in _MECHANISM_PREFIXES:
+        if rest.startswith(prefix) and rest[len(prefix):] == "sasl.jaas.config":
+            return "sasl.jaas.config"
+    return rest
+
+
 def security_refusals(props: Mapping[str, object]) -> list[str]:
-    """Settings asking for TLS, SASL or ACLs: refused, since serving plaintext in their place would mislead."""
+    """Settings asking for TLS or ACLs: refused, since serving plaintext in their place would mislead.
+    (SASL is implemented: its keys are registered.)"""
     out = []
     for k, v in props.items():
-        if k.startswith(("ssl.", "sasl.")) or (k.startswith("listener.name.") and any(
-                f".{p}." in k for p in ("ssl", "sasl"))):
+        if k.startswith("ssl.") or (listener_override_base(k) or "").startswith("ssl."):
             out.append(f"{k} is set: {NOT_IMPLEMENTED}")
         elif k == "authorizer.class.name" and str(v).strip():
             out.append(f"authorizer.class.name={str(v).strip()} is set: {NOT_IMPLEMENTED}")
