@@ -368,8 +368,9 @@ class KafkaClient:
 
     def __init__(self, bootstrap: str, client_id: str = "kafkalite-cli", timeout_s: float = 30.0,
                  connect_timeout_s: float | None = None, retry_timeout_s: float | None = None,
-                 retry_backoff_s: float = 0.1) -> None:
+                 retry_backoff_s: float = 0.1, security: ClientSecurity = PLAINTEXT_CLIENT) -> None:
         self.client_id = client_id
+        self.security = security
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.retry_timeout_s = timeout_s if retry_timeout_s is None else retry_timeout_s
@@ -383,7 +384,8 @@ class KafkaClient:
     # --- connections ------------------------------------------------------------------------------
 
     def _open(self, host: str, port: int, node_id: int = -1) -> BrokerConnection:
-        return BrokerConnection(host, port, self.client_id, self.timeout_s, self.connect_timeout_s, node_id)
+        return BrokerConnection(host, port, self.client_id, self.timeout_s, self.connect_timeout_s, node_id,
+                                self.security)
 
     def _connect_any(self) -> BrokerConnection:
         """The first address that accepts: the bootstrap list, then the brokers Metadata named."""

@@ -4,7 +4,9 @@
 const { Kafka, logLevel, ConfigResourceTypes } = require('kafkajs')
 
 const [bootstrap, scenario, topic] = process.argv.slice(2)
-const kafka = new Kafka({ clientId: 'kafkalite-js', brokers: [bootstrap], logLevel: logLevel.NOTHING })
+// KAFKALITE_JS_SASL: kafkajs's sasl option as JSON, e.g. {"mechanism":"scram-sha-256","username":..,"password":..}
+const sasl = process.env.KAFKALITE_JS_SASL ? JSON.parse(process.env.KAFKALITE_JS_SASL) : undefined
+const kafka = new Kafka({ clientId: 'kafkalite-js', brokers: [bootstrap], logLevel: logLevel.NOTHING, sasl })
 const started = Date.now()
 const out = (result) => { process.stdout.write(JSON.stringify({ ms: Date.now() - started, ...result }) + '\n') }
 

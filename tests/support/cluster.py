@@ -30,7 +30,8 @@ CONTROLLED_SHUTDOWN_BACKOFF_MS = 200
 
 class Cluster:
     def __init__(self, root: Path, zk_connect: str, size: int = 3, *, proxied: bool = False,
-                 **overrides: object) -> None:
+                 broker_props: Callable[[int], dict[str, object]] | None = None, **overrides: object) -> None:
+        """`broker_props(bid)`: settings of one broker on top of `overrides` (e.g. its own listeners)."""
         self.zk_connect = zk_connect
         self.brokers: dict[int, BrokerProcess] = {}
         self.paused: set[int] = set()  # SIGSTOPped: alive, but not answering
@@ -59,6 +60,11 @@ class Cluster:
                     "zookeeper.connect": f"{self.zk_link[bid].address}/{chroot}",
                 })
             props.update(overrides)
+            if broker_props is not None:
+                own = broker_props(bid)
+                props.update(own)
+                port = int(str(own.get("port", port or 0))) or port
+                props.pop("port", None)
             self.brokers[bid] = BrokerProcess(root / f"b{bid}", props, port=port)
 
     def start(self) -> Cluster:
