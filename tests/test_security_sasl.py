@@ -11,6 +11,7 @@ it) and PLAINTEXT for `kafkalite configs` and the checks that nothing was writte
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -175,10 +176,8 @@ def test_jaas_parsing():
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=80))
 def test_jaas_parser_never_crashes(text):
-    try:
+    with contextlib.suppress(JaasError):
         parse_jaas(text)
-    except JaasError:
-        pass
 
 
 def test_credential_text_is_kafkas_format():
@@ -198,7 +197,7 @@ def test_config_refuses_unsupported_mechanisms_by_name(tmp_path):
             BrokerConfig.load(None, {**sasl_props(port), "sasl.enabled.mechanisms": mech, "log.dirs": str(tmp_path)})
     # Kafka's default (GSSAPI) on a SASL listener is refused too, naming the key
     props = {k: v for k, v in sasl_props(port).items() if k != "sasl.enabled.mechanisms"}
-    with pytest.raises(InvalidConfigError, match="sasl.enabled.mechanisms"):
+    with pytest.raises(InvalidConfigError, match=r"sasl\.enabled\.mechanisms"):
         BrokerConfig.load(None, {**props, "log.dirs": str(tmp_path)})
     cfg = BrokerConfig.load(None, {**sasl_props(port), "log.dirs": str(tmp_path)})
     assert not [w for w in cfg.warnings() if "listener.name" in w]
