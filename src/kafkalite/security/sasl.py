@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hmac
 import re
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -85,7 +86,10 @@ def parse_jaas(text: str, key: str = "sasl.jaas.config") -> JaasEntry:
 
 
 class SaslFailure(Exception):
-    """An authentication that failed: the message is what the client is told (Kafka's wording)."""
+    """An authentication that failed: the message is what the client is told (Kafka's wording); `detail` is
+    for the broker's log only (why scramp refused the token)."""
+
+    detail = ""
 
 
 # --- server ---------------------------------------------------------------------------------------------------
@@ -141,8 +145,20 @@ class _Scram:
                 raise SaslFailure(f"Authentication failed during authentication due to invalid credentials with "
                                   f"SASL mechanism {mechanism}")
             return cred.salt, cred.stored_key, cred.server_key, cred.iterations
-        self.server = ScramMechanism(mechanism).make_server(auth)
+        # alphanumeric, as Kafka's (ScramFormatter.secureRandomString)
+        self.s_nonce = secrets.token_hex(16)
+        self.server = ScramMechanism(mechanism).make_server(auth, s_nonce=self.s_nonce)
         self.stage = 0
+
+    def _accept_librdkafka_nonce(self, client_final: str) -> None:
+        """librdkafka before 2.6.1 (kcat, many distributions) sends its client nonce once more in front of the
+        combined nonce (librdkafka PR 4895). Kafka 3.8.1 to 3.9 accept a nonce that ends with the server's, as
+        here: the server's part is still there (no replay), and the proof is computed over what was sent."""
+        sent = next((p[2:] for p in client_final.split(",") if p.startswith("r=")), "")
+        expected = str(self.server.nonce or "")
+        client_nonce = expected[:len(expected) - len(self.s_nonce)]
+        if sent != expected and sent == client_nonce + expected:
+            self.server.nonce = type(self.server.nonce)(sent)  # scramp's Nonce
 
     def step(self, token: bytes) -> tuple[bytes, bool]:
         failed = SaslFailure(f"Authentication failed during authentication due to invalid credentials with SASL "
@@ -154,12 +170,14 @@ class _Scram:
                 self.stage = 1
                 return self.server.get_server_first().encode(), False
             if self.stage == 1:
+                self._accept_librdkafka_nonce(text)
                 self.server.set_client_final(text)
                 self.stage = 2
                 return self.server.get_server_final().encode(), True
         except SaslFailure:
             raise
-        except Exception:  # scramp's ScramException, or a token scramp could not even parse
+        except Exception as exc:  # scramp's ScramException, or a token scramp could not even parse
+            failed.detail = f"{type(exc).__name__}: {exc}"
             raise failed from None
         raise SaslFailure("Invalid SCRAM exchange: unexpected token after the final message")
 
@@ -248,7 +266,7 @@ class SaslServerAuthenticator:
         except SaslFailure as exc:
             self._exchange = None
             return Outcome({"error_code": ErrorCode.SASL_AUTHENTICATION_FAILED, "error_message": str(exc),
-                            "auth_bytes": b""}, close=True, reason=str(exc))
+                            "auth_bytes": b""}, close=True, reason=_reason(exc))
         lifetime = self.reauth_ms if done and self.reauth_ms > 0 else 0
         return Outcome({"error_code": ErrorCode.NONE, "error_message": None, "auth_bytes": response,
                         "session_lifetime_ms": lifetime})
@@ -259,8 +277,12 @@ class SaslServerAuthenticator:
             response, _ = self._step(token)
         except SaslFailure as exc:
             self._exchange = None
-            return Outcome(close=True, reason=str(exc))
+            return Outcome(close=True, reason=_reason(exc))
         return Outcome(token=response)
+
+
+def _reason(exc: SaslFailure) -> str:
+    return f"{exc} ({exc.detail})" if exc.detail else str(exc)
 
 
 # --- client ---------------------------------------------------------------------------------------------------
