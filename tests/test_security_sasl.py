@@ -581,21 +581,21 @@ def test_cluster_replicates_over_sasl_and_scram_users_reach_every_broker(tmp_pat
                 "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
                 "sasl.username": "dave", "sasl.password": "dave-secret"}
         topic = topic_name("repl")
-        fs = AdminClient(conf).create_topics([NewTopic(topic, 1, 3)])
-        fs[topic].result(30)
+        admin_client = AdminClient(conf)
+        admin_client.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
         p = Producer({**conf, "acks": "all"})
         for i in range(20):
             p.produce(topic, f"v{i}".encode())
         assert p.flush(30) == 0
-        deadline = time.monotonic() + 20
-        while True:
-            with KafkaClient(f"127.0.0.1:{ports[1][1]}", timeout_s=10) as admin:
-                part = admin.metadata([topic])["topics"][0]["partitions"][0]
-            if sorted(part["isr_nodes"]) == [1, 2, 3]:
-                break
-            assert time.monotonic() < deadline, part
-            time.sleep(0.2)
-        with KafkaClient(f"127.0.0.1:{ports[part['leader_id']][1]}", timeout_s=10) as admin:
-            assert admin.list_offset(topic, 0, -1) == 20
+        login = ClientSecurity("SASL_PLAINTEXT", None, "PLAIN", *USERS["PLAIN"])
+        with KafkaClient(conf["bootstrap.servers"], timeout_s=10, security=login) as client:
+            deadline = time.monotonic() + 20
+            while True:
+                part = client.metadata([topic])["topics"][0]["partitions"][0]
+                if sorted(part["isr_nodes"]) == [1, 2, 3]:
+                    break
+                assert time.monotonic() < deadline, part
+                time.sleep(0.2)
+            assert client.list_offset(topic, 0, -1) == 20
     finally:
         c.stop()
