@@ -98,9 +98,8 @@ def test_bad_listeners(listeners):
     {"listeners": "PLAINTEXT://127.0.0.1:9092", "listener.security.protocol.map": "PLAINTEXT:SSL"},
     {"listener.name.internal.ssl.keystore.location": "/k.jks"},
     {"ssl.client.auth": "required"},
-    {"sasl.mechanism.inter.broker.protocol": "PLAIN"},
     {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"},
-    {"security.inter.broker.protocol": "SASL_PLAINTEXT"},
+    {"security.inter.broker.protocol": "SSL"},
 ])
 def test_security_settings_are_refused(props):
     with pytest.raises(InvalidConfigError, match="TLS, SASL and ACLs are not implemented"):

@@ -85,13 +85,11 @@ def test_misspelt_keys_are_warned_about_with_the_nearest_name(tmp_path):
 
 @pytest.mark.parametrize("props", [
     {"listeners": "SSL://127.0.0.1:{port}"},
-    {"listeners": "SASL_PLAINTEXT://127.0.0.1:{port}"},
     {"listeners": "INTERNAL://127.0.0.1:{port}", "listener.security.protocol.map": "INTERNAL:SASL_SSL"},
     {"ssl.keystore.location": "/etc/kafka/keystore.jks"},
-    {"sasl.enabled.mechanisms": "PLAIN"},
     {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"},
     {"security.inter.broker.protocol": "SSL"},
-], ids=["ssl-listener", "sasl-listener", "mapped-listener", "ssl-key", "sasl-key", "authorizer", "inter-broker"])
+], ids=["ssl-listener", "mapped-listener", "ssl-key", "authorizer", "inter-broker"])
 def test_security_settings_are_refused(tmp_path, props):
     port = free_port()
     given = {"listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": tmp_path / "d",
