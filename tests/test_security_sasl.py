@@ -139,6 +139,18 @@ def test_authenticator_plain_and_scram_without_io():
     assert new().authenticate(1, b"\0a\0b").body["error_code"] == ErrorCode.ILLEGAL_SASL_STATE
 
 
+def test_scram_client_final_must_carry_the_server_nonce():
+    """Only librdkafka's doubled client nonce is tolerated; a nonce without the server's part is refused."""
+    cred = credential_for("SCRAM-SHA-256", "pw")
+    for forged in (lambda c, s: c, lambda c, s: c + "x" + s, lambda c, s: s):
+        auth = SaslServerAuthenticator(["SCRAM-SHA-256"], {}, lambda u, m: cred)
+        auth.handshake(1, "SCRAM-SHA-256")
+        first = auth.authenticate(1, b"n,,n=bob,r=clientnonce").body["auth_bytes"].decode()
+        full = first.split(",")[0][2:]
+        out = auth.authenticate(1, f"c=biws,r={forged('clientnonce', full)},p=AAAA".encode())
+        assert out.close and out.body["error_code"] == ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
 def test_authenticator_v0_raw_tokens_and_reauthentication_rules():
     now = [100.0]
     auth = SaslServerAuthenticator(["PLAIN", "SCRAM-SHA-256"], {"alice": "pw", "bob": "pw2"}, lambda u, m: None,
@@ -333,6 +345,30 @@ def test_kafkalite_client_and_configs_describe(sasl_broker):
     r = configs_cli(sasl_broker.admin, "--alter", "--entity-type", "users", "--entity-name", "bob",
                     "--add-config", "producer_byte_rate=1024")
     assert r.returncode == 2 and "producer_byte_rate is not supported" in r.stderr
+
+
+def test_spark_broker_mode_options(sasl_broker):
+    """kafka.security.protocol / kafka.sasl.* of Spark's broker mode reach the backend's client (no Spark
+    session needed: the backend's Cluster is what the data source's readers and writers use)."""
+    from kafkalite.spark.broker_cluster import Cluster as SparkCluster
+    from kafkalite.spark.broker_settings import BrokerSettings
+    from kafkalite.spark.errors import OptionError
+
+    user, password = USERS["SCRAM-SHA-512"]
+    settings = BrokerSettings.parse(sasl_broker.bootstrap, {
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" '
+                            f'password="{password}";'})
+    topic = topic_name("spark")
+    with KafkaClient(sasl_broker.admin, timeout_s=10) as admin:
+        admin.create_topic(topic, 2, 1)
+    cluster = SparkCluster(settings)
+    try:
+        assert sorted(cluster.metadata([topic])[topic].leaders) == [0, 1]
+    finally:
+        cluster.close()
+    with pytest.raises(OptionError, match="GSSAPI is not supported"):
+        BrokerSettings.parse("h:1", {"security.protocol": "SASL_PLAINTEXT"})
 
 
 # --- refusals ------------------------------------------------------------------------------------------------

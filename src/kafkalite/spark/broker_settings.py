@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kafkalite.client import READ_COMMITTED, READ_UNCOMMITTED, parse_bootstrap_servers
+from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity
 from kafkalite.spark.errors import OptionError
 
 # Kafka's consumer reads 1 MiB per partition per fetch by default; a Spark task reads one partition
@@ -42,6 +43,7 @@ class BrokerSettings:
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     acks: int = -1  # acks: all
     max_request_size: int = DEFAULT_MAX_REQUEST_SIZE
+    security: ClientSecurity = PLAINTEXT_CLIENT  # security.protocol and the SASL login (kafka.sasl.*)
 
     @property
     def fetch_bytes(self) -> int:
@@ -56,9 +58,13 @@ class BrokerSettings:
         except ValueError as exc:
             raise OptionError(f"option kafka.bootstrap.servers: {exc}; give host:port[,host:port...]") from None
         protocol = params.get("security.protocol", "PLAINTEXT").strip().upper()
-        if protocol != "PLAINTEXT":
+        if protocol not in ("PLAINTEXT", "SASL_PLAINTEXT"):
             raise OptionError(f"option kafka.security.protocol={protocol} is not supported: kafkalite's broker mode "
-                              "speaks PLAINTEXT only (no TLS or SASL)")
+                              "speaks PLAINTEXT and SASL_PLAINTEXT (no TLS yet)")
+        try:  # kafka.sasl.mechanism, kafka.sasl.jaas.config (or librdkafka's kafka.sasl.username/password)
+            security = ClientSecurity.from_client_props(params)
+        except ValueError as exc:
+            raise OptionError(f"option kafka.security.protocol={protocol}: {exc} (options prefixed kafka.)") from None
         isolation = params.get("isolation.level", "read_uncommitted").strip().lower()
         if isolation not in _ISOLATION:
             raise OptionError(f"option kafka.isolation.level must be read_uncommitted or read_committed, "
@@ -78,6 +84,7 @@ class BrokerSettings:
             fetch_max_bytes=_int(params, "fetch.max.bytes", DEFAULT_FETCH_MAX_BYTES, 1),
             acks=_ACKS[acks],
             max_request_size=_int(params, "max.request.size", DEFAULT_MAX_REQUEST_SIZE, 1),
+            security=security,
         )
 
 
