@@ -332,7 +332,7 @@ class Broker:
     def _authenticated(sasl: _SaslState, session: Session) -> None:
         if sasl.authenticated and session.principal != sasl.principal:
             session.principal = sasl.principal
-            log.info("Authenticated %s from %s on listener %s with %s", sasl.principal, session.host,
+            log.debug("Authenticated %s from %s on listener %s with %s", sasl.principal, session.host,
                      session.listener, sasl.mechanism)
 
     async def _handle_frame(self, conn: ServerConnection, frame: memoryview, session: Session,
