@@ -361,10 +361,6 @@ class Broker:
                          "(connections.max.reauth.ms) without re-authentication", session.host, session.listener,
                          session.principal)
                 return False
-            elif sasl.in_progress and header.api_key != ApiKey.API_VERSIONS:
-                log.warning("Closing connection from %s: %s request during SASL re-authentication", session.host,
-                            _api_name(header.api_key))
-                return False
         try:
             body_out = await self.apis.handle(request.header, request.body, session)
         except CloseConnection as exc:
