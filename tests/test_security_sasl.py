@@ -346,6 +346,41 @@ def test_kafkalite_client_and_configs_describe(sasl_broker):
     assert r.returncode == 2 and "producer_byte_rate is not supported" in r.stderr
 
 
+def test_confluent_admin_alters_and_describes_scram_users(sasl_broker):
+    """librdkafka's AlterUserScramCredentials / DescribeUserScramCredentials (APIs 51 and 50) against ours:
+    a user made this way logs in; a deleted credential no longer does."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient(confluent_conf(sasl_broker, "SCRAM-SHA-256"))
+    sha256, sha512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512
+    futures = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("erin", ScramCredentialInfo(sha256, 10000), b"erin-secret"),
+        UserScramCredentialUpsertion("erin", ScramCredentialInfo(sha512, 4096), b"erin-secret"),
+        UserScramCredentialUpsertion("frank", ScramCredentialInfo(sha256, 100), b"frank-secret"),  # too few
+    ])
+    futures["erin"].result(10)
+    with pytest.raises(Exception, match=r"UNACCEPTABLE_CREDENTIAL|Iterations"):
+        futures["frank"].result(10)
+    described = admin.describe_user_scram_credentials(["erin"])["erin"].result(10)
+    assert sorted((i.mechanism, i.iterations) for i in described.scram_credential_infos) == \
+        sorted([(sha256, 10000), (sha512, 4096)])
+    for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        connect("127.0.0.1", sasl_broker.port, ClientSecurity("SASL_PLAINTEXT", None, mech, "erin", "erin-secret"),
+                10).close()
+    admin.alter_user_scram_credentials([UserScramCredentialDeletion("erin", sha512)])["erin"].result(10)
+    with pytest.raises(SaslAuthenticationError):
+        connect("127.0.0.1", sasl_broker.port,
+                ClientSecurity("SASL_PLAINTEXT", None, "SCRAM-SHA-512", "erin", "erin-secret"), 10)
+    with pytest.raises(Exception, match=r"RESOURCE_NOT_FOUND|does not exist"):
+        admin.alter_user_scram_credentials([UserScramCredentialDeletion("nobody", sha512)])["nobody"].result(10)
+
+
 def test_spark_broker_mode_options(sasl_broker):
     """kafka.security.protocol / kafka.sasl.* of Spark's broker mode reach the backend's client (no Spark
     session needed: the backend's Cluster is what the data source's readers and writers use)."""
