@@ -11,6 +11,7 @@ it) and PLAINTEXT for `kafkalite configs` and the checks that nothing was writte
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -579,6 +580,31 @@ def test_fuzz_sasl_exchange_only_closes_that_connection(sasl_broker, mech, versi
     ok = _logged_in(sasl_broker, "SCRAM-SHA-512")
     assert _metadata_works(ok)
     ok.close()
+
+
+def test_single_broker_keeps_scram_users_salted_across_restarts(tmp_path):
+    """No ZooKeeper: the credentials live in the data dir's kafkalite-metadata.json (the /config/users znode,
+    salted, never the password) and log in after a restart."""
+    port, admin_port = free_port(), free_port()
+    props = sasl_props(port, admin_port)
+    b = BrokerProcess(tmp_path / "data", props, port=port).start()
+    try:
+        r = configs_cli(f"127.0.0.1:{admin_port}", "--alter", "--entity-type", "users", "--entity-name", "gina",
+                        "--add-config", "SCRAM-SHA-256=[password=gina-secret]")
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        assert b.stop() == 0, b.output()
+    raw = (tmp_path / "data" / "kafkalite-metadata.json").read_text()
+    assert "gina-secret" not in raw
+    node = json.loads(raw)["znodes"]["/config/users/gina"]
+    stored = json.loads(base64.b64decode(node["data"]))
+    assert stored["version"] == 1 and stored["config"]["SCRAM-SHA-256"].startswith("salt=")
+    b = BrokerProcess(tmp_path / "data", props, port=port).start()
+    try:
+        connect("127.0.0.1", port, ClientSecurity("SASL_PLAINTEXT", None, "SCRAM-SHA-256", "gina", "gina-secret"),
+                10).close()
+    finally:
+        assert b.stop() == 0, b.output()
 
 
 # --- re-authentication ---------------------------------------------------------------------------------------
