@@ -667,6 +667,12 @@ def test_cluster_replicates_over_sasl_and_scram_users_reach_every_broker(tmp_pat
         r = configs_cli(f"127.0.0.1:{ports[1][1]}", "--alter", "--entity-type", "users", "--entity-name", "dave",
                         "--add-config", "SCRAM-SHA-512=[password=dave-secret]")
         assert r.returncode == 0, r.stdout + r.stderr
+        # Kafka's layout in ZooKeeper: the salted credential and a change notification naming the user
+        stored = c.zk_json("/config/users/dave")
+        assert stored["version"] == 1 and stored["config"]["SCRAM-SHA-512"].startswith("salt=")
+        assert "dave-secret" not in json.dumps(stored)
+        changes = [c.zk_json(f"/config/changes/{n}") for n in c.zk().get_children("/config/changes")]
+        assert {"version": 2, "entity_path": "users/dave"} in changes
         # the user created through broker 1 logs in on broker 3 (a change notification, no restart)
         deadline = time.monotonic() + 15
         while True:
