@@ -1,8 +1,8 @@
 """`listeners` / `advertised.listeners` and the security protocol each listener speaks.
 
-Kafka maps a listener's name to a protocol through `listener.security.protocol.map`; kafkalite speaks only
-PLAINTEXT, so a listener that maps to SSL or SASL must stop the broker rather than serve plaintext under a
-name that promises encryption.
+Kafka maps a listener's name to a protocol through `listener.security.protocol.map`; a listener that maps to a
+protocol kafkalite does not implement yet (IMPLEMENTED_PROTOCOLS) must stop the broker rather than serve
+plaintext under a name that promises encryption or authentication.
 """
 
 from __future__ import annotations
