@@ -281,8 +281,12 @@ def test_kafka_python_produce_consume(sasl_broker, mech):
     for i in range(5):
         p.send(topic, f"v{i}".encode()).get(timeout=30)
     p.close()
-    c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **conf)
-    got = [m.value for m in c]
+    c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=20000, **conf)
+    got = []
+    for m in c:
+        got.append(m.value)
+        if len(got) == 5:
+            break
     c.close()
     assert got == [f"v{i}".encode() for i in range(5)]
 

@@ -81,6 +81,7 @@ class Broker:
         self.idle_timeout_s = config.get("connections.max.idle.ms") / 1000
         self.sasl_max_receive = config.get("sasl.server.max.receive.size")
         self._plain_users = _plain_users(config)
+        self._sasl_listener: dict[str, tuple[list[str], int]] = {}
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -301,8 +302,15 @@ class Broker:
         if not session.protocol.startswith("SASL_"):
             return None
         plain = self._plain_users.get(session.listener, {})
-        return _SaslState(self.config.sasl_mechanisms(session.listener), plain, self._scram_credential,
-                          self.config.get("connections.max.reauth.ms"))
+        mechanisms, reauth_ms = self._sasl_listener.get(session.listener) or self._sasl_settings(session.listener)
+        return _SaslState(mechanisms, plain, self._scram_credential, reauth_ms)
+
+    def _sasl_settings(self, listener: str) -> tuple[list[str], int]:
+        """A listener's mechanisms and connections.max.reauth.ms (both per listener, as Kafka's), read once."""
+        out = (self.config.sasl_mechanisms(listener),
+               self.config._listener_prop(listener, "connections.max.reauth.ms"))
+        self._sasl_listener[listener] = out
+        return out
 
     async def _scram_loaded(self) -> None:
         """During start-up a SCRAM login waits until the cluster part has read the credentials (not for the
