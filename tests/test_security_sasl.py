@@ -415,6 +415,17 @@ def test_confluent_admin_alters_and_describes_scram_users(sasl_broker):
         admin.alter_user_scram_credentials([UserScramCredentialDeletion("nobody", sha512)])["nobody"].result(10)
 
 
+def test_describe_configs_hides_jaas_passwords(sasl_broker):
+    """sasl.jaas.config is a PASSWORD config in Kafka: DescribeConfigs answers null, is_sensitive=true."""
+    with KafkaClient(sasl_broker.admin, timeout_s=10) as c:
+        entries = {e["name"]: e for e in c.describe_configs(4, "")}
+    jaas = entries["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
+    assert jaas["value"] is None and jaas["is_sensitive"]
+    assert not any("admin-secret" in str(e.get("value")) for e in entries.values())
+    r = configs_cli(sasl_broker.admin, "--describe", "--entity-type", "brokers", "--all")
+    assert r.returncode == 0 and "admin-secret" not in r.stdout and "sasl.jaas.config=null" in r.stdout
+
+
 def test_spark_broker_mode_options(sasl_broker):
     """kafka.security.protocol / kafka.sasl.* of Spark's broker mode reach the backend's client (no Spark
     session needed: the backend's Cluster is what the data source's readers and writers use)."""

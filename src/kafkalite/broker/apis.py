@@ -17,6 +17,7 @@ from typing import Any
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
 from kafkalite.broker.topic_admin import TopicAdmin
+from kafkalite.config.registry import is_sensitive
 from kafkalite.coordinator.coordinator import GROUP_API_KEYS, GroupCoordinator
 from kafkalite.errors import (
     InvalidConfigError,
@@ -304,11 +305,12 @@ class KafkaApis:
                 if rname not in ("", str(self.node_id)):
                     res.update(error_code=E.INVALID_REQUEST, error_message=f"Unexpected broker id {rname}")
                 else:
-                    res["configs"] = [{"name": k, "value": v, "read_only": True,
+                    res["configs"] = [{"name": k, "value": None if hidden else v, "read_only": True,
                                        "config_source": SOURCE_DEFAULT if default else SOURCE_STATIC_BROKER,
-                                       "is_default": default, "is_sensitive": False, "synonyms": [],
+                                       "is_default": default, "is_sensitive": hidden, "synonyms": [],
                                        "config_type": 2, "documentation": None}
-                                      for k, (v, default) in sorted(self.config.describe().items())]
+                                      for k, (v, default) in sorted(self.config.describe().items())
+                                      for hidden in (is_sensitive(k),)]
             else:
                 res.update(error_code=E.INVALID_REQUEST, error_message=f"Unsupported resource type {rtype}")
             if keys is not None:

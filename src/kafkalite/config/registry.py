@@ -315,6 +315,13 @@ def listener_override_base(name: str) -> str | None:
     return rest
 
 
+def is_sensitive(name: str) -> bool:
+    """Kafka's PASSWORD-type settings (sasl.jaas.config, ssl.*.password), directly or per listener: never shown
+    by DescribeConfigs (value null, is_sensitive true)."""
+    base = listener_override_base(name) or name
+    return base == "sasl.jaas.config" or base.endswith(".password")
+
+
 def security_refusals(props: Mapping[str, object]) -> list[str]:
     """Settings asking for TLS or ACLs: refused, since serving plaintext in their place would mislead.
     (SASL is implemented: its keys are registered.)"""
