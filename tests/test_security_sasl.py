@@ -245,6 +245,19 @@ def test_config_refuses_unsupported_mechanisms_by_name(tmp_path):
     assert cfg.sasl_jaas_config("SASL_PLAINTEXT", "PLAIN") == ADMIN_JAAS
 
 
+def test_plain_without_jaas_users_stops_the_broker(tmp_path):
+    from kafkalite.broker.config import BrokerConfig
+    from kafkalite.broker.server import Broker
+    from kafkalite.errors import KafkaliteError
+
+    props = {k: v for k, v in sasl_props(free_port()).items() if "jaas" not in k}
+    with pytest.raises(KafkaliteError, match=r"listener\.name\.sasl_plaintext\.plain\.sasl\.jaas\.config"):
+        Broker(BrokerConfig.load(None, {**props, "log.dirs": str(tmp_path)}))
+    bad = {**props, "sasl.jaas.config": 'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;'}
+    with pytest.raises(KafkaliteError, match="Krb5LoginModule is not supported for PLAIN"):
+        Broker(BrokerConfig.load(None, {**bad, "log.dirs": str(tmp_path)}))
+
+
 # --- real clients --------------------------------------------------------------------------------------------
 
 
