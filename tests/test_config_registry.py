@@ -92,18 +92,6 @@ def test_bad_listeners(listeners):
          **{"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,OTHER:PLAINTEXT"})
 
 
-@pytest.mark.parametrize("props", [
-    {"advertised.listeners": "SASL_PLAINTEXT://example.com:9093"},
-    {"listeners": "PLAINTEXT://127.0.0.1:9092", "listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT"},
-    {"listener.name.internal.sasl.enabled.mechanisms": "PLAIN"},
-    {"sasl.mechanism.inter.broker.protocol": "PLAIN"},
-    {"security.inter.broker.protocol": "SASL_PLAINTEXT"},
-])
-def test_security_settings_are_refused(props):
-    with pytest.raises(InvalidConfigError, match="SASL is not implemented"):
-        load(**props)
-
-
 def test_tls_settings_are_accepted():
     """TLS is implemented (tests/test_security_tls.py): its keys are checked by type, not refused."""
     cfg = load(**{"listeners": "SSL://127.0.0.1:9093", "ssl.client.auth": "required",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
 from kafkalite.broker.topic_admin import TopicAdmin
+from kafkalite.config.registry import is_sensitive
 from kafkalite.coordinator.coordinator import GROUP_API_KEYS, GroupCoordinator
 from kafkalite.errors import (
     InvalidConfigError,
@@ -86,6 +87,8 @@ class KafkaApis:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
             ApiKey.DESCRIBE_LOG_DIRS: self.describe_log_dirs,
+            ApiKey.SASL_HANDSHAKE: self.sasl_outside_sasl_listener,
+            ApiKey.SASL_AUTHENTICATE: self.sasl_outside_sasl_listener,
         }
         if coordinator is not None:
             self._handlers[ApiKey.FIND_COORDINATOR] = self.find_coordinator
@@ -130,6 +133,15 @@ class KafkaApis:
             if not (_SOFTWARE.match(name) and _SOFTWARE.match(version)):
                 return {"error_code": E.INVALID_REQUEST, "api_keys": keys, "throttle_time_ms": 0}
         return {"error_code": E.NONE, "api_keys": keys, "throttle_time_ms": 0}
+
+    async def sasl_outside_sasl_listener(self, h: RequestHeader, body: dict[str, Any], session: Session
+                                         ) -> dict[str, Any]:
+        """SASL requests reach a handler only on a listener without SASL (a SASL_* listener's authenticator
+        in broker/server.py answers them): Kafka answers ILLEGAL_SASL_STATE."""
+        if h.api_key == ApiKey.SASL_HANDSHAKE:
+            return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": []}
+        return {"error_code": E.ILLEGAL_SASL_STATE, "auth_bytes": b"", "session_lifetime_ms": 0,
+                "error_message": f"SASL is not enabled on listener {session.listener} ({session.protocol})"}
 
     def _rack(self) -> str | None:
         return self.config.get("broker.rack") or None
@@ -303,11 +315,12 @@ class KafkaApis:
                 if rname not in ("", str(self.node_id)):
                     res.update(error_code=E.INVALID_REQUEST, error_message=f"Unexpected broker id {rname}")
                 else:
-                    res["configs"] = [{"name": k, "value": v, "read_only": True,
+                    res["configs"] = [{"name": k, "value": None if hidden else v, "read_only": True,
                                        "config_source": SOURCE_DEFAULT if default else SOURCE_STATIC_BROKER,
-                                       "is_default": default, "is_sensitive": False, "synonyms": [],
+                                       "is_default": default, "is_sensitive": hidden, "synonyms": [],
                                        "config_type": 2, "documentation": None}
-                                      for k, (v, default) in sorted(self.config.describe().items())]
+                                      for k, (v, default) in sorted(self.config.describe().items())
+                                      for hidden in (is_sensitive(k),)]
             else:
                 res.update(error_code=E.INVALID_REQUEST, error_message=f"Unsupported resource type {rtype}")
             if keys is not None:

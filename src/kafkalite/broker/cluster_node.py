@@ -37,6 +37,7 @@ from kafkalite.broker.metadata import INTERNAL_TOPICS, validate_topic_name, writ
 from kafkalite.broker.partition import Partition
 from kafkalite.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
+from kafkalite.broker.scram_admin import ScramAdmin
 from kafkalite.broker.topic_admin import MAX_PARTITIONS_PER_REQUEST
 from kafkalite.cluster import znodes as z
 from kafkalite.cluster.assignment import assign_replicas
@@ -102,6 +103,8 @@ class ClusterNode:
         self.node_id = config.node_id
         # ZooKeeper (zookeeper.connect set) or, for a single broker, cluster/local_store.py: the same code runs
         self.store = store
+        self.scram_admin = ScramAdmin(store)
+        self.scram = self.scram_admin.credentials  # SCRAM users, read by the SASL authenticator (server.py)
         self.single = not config.get("zookeeper.connect")
         self.acls = AclApis(config, store, apis)  # authorizer.class.name: the ACL cache and the ACL APIs
         self.local_failures: dict[tuple[str, int], tuple[int, str]] = {}  # partitions LeaderAndIsr could not host
@@ -173,6 +176,7 @@ class ClusterNode:
             self.replicas.run_isr_expiration(self._stopping), name="isr-expiration")
         self.store.watch_children(z.CONFIG_CHANGES, self._on_config_changes)
         await self._sync_local_configs()
+        await self.scram_admin.load()
         if self.single:
             await self._wait_for_own_controller()
 
@@ -259,6 +263,8 @@ class ClusterNode:
             ApiKey.LEADER_AND_ISR: self.leader_and_isr, ApiKey.STOP_REPLICA: self.stop_replica,
             ApiKey.UPDATE_METADATA: self.update_metadata,
             ApiKey.CONTROLLED_SHUTDOWN: self.controlled_shutdown_request, ApiKey.ELECT_LEADERS: self.elect_leaders,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.scram_admin.describe,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.scram_admin.alter,
         })
         self._describe_configs, self._alter_configs = h[ApiKey.DESCRIBE_CONFIGS], h[ApiKey.ALTER_CONFIGS]
         self._incremental_alter_configs = h[ApiKey.INCREMENTAL_ALTER_CONFIGS]
@@ -949,6 +955,8 @@ class ClusterNode:
                 kind, name = z.decode_config_change(path, data)
                 if kind == "topics" and name in self.replicas.metadata.topics:
                     self._apply_local_config(name, await self.store.topic_config(name))
+                elif kind == "users":
+                    await self.scram_admin.refresh(name)
             except KafkaliteError as exc:
                 log.error("Cannot process the config change %s: %s", path, exc)
         task = asyncio.current_task()

@@ -43,7 +43,11 @@ from kafkalite.coordinator.config import OFFSETS_TOPIC
 from kafkalite.errors import KafkaliteError
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol import FileRegion
+from kafkalite.protocol.api_keys import ApiKey
+from kafkalite.protocol.codec import RequestHeader
 from kafkalite.protocol.connection import InvalidReceiveError, RefusedRequest, Reply, ServerConnection
+from kafkalite.security.sasl import JaasError, SaslServerAuthenticator, parse_jaas
+from kafkalite.security.scram import ScramCredential
 from kafkalite.security.session import Session
 from kafkalite.security.tls import TlsSettings, peer_principal, server_context
 
@@ -51,6 +55,19 @@ log = logging.getLogger("kafkalite.broker")
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 TLS_HANDSHAKE_TIMEOUT_S = 30.0
 TLS_COPY_CHUNK = 1 << 20  # record bytes read per write on a TLS connection (bounds the buffer, not the copy count)
+
+class _SaslState(SaslServerAuthenticator):
+    """The authenticator plus what the server decided: `closing` says why the connection ends after the
+    response just sent (a failed or refused SASL step)."""
+
+    closing = ""
+
+
+def _api_name(key: int) -> str:
+    try:
+        return ApiKey(key).name
+    except ValueError:
+        return f"API {key}"
 
 
 class Broker:
@@ -73,6 +90,9 @@ class Broker:
         self._started = False
         self.max_request_bytes = config.get("socket.request.max.bytes")
         self.idle_timeout_s = config.get("connections.max.idle.ms") / 1000
+        self.sasl_max_receive = config.get("sasl.server.max.receive.size")
+        self._plain_users = _plain_users(config)
+        self._sasl_listener: dict[str, tuple[list[str], int]] = {}
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -264,27 +284,88 @@ class Broker:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session) -> None:
         """Requests one at a time: read exactly what the connection object wants (a size prefix, then the
-        frame, which `feed` hands back as a view of what was read: no copy), answer, repeat."""
+        frame, which `feed` hands back as a view of what was read: no copy), answer, repeat. On a SASL_*
+        listener frames are bounded by sasl.server.max.receive.size until the client has authenticated."""
         assert self.apis is not None
         task = asyncio.current_task()
-        conn = ServerConnection(self.max_request_bytes, self.apis.handles)
+        sasl = self._authenticator(session)
+        limit = self.max_request_bytes if sasl is None else self.sasl_max_receive
+        conn = ServerConnection(limit, self.apis.handles)
         while True:
             self._last_active[task] = time.monotonic()  # type: ignore[index]
             try:
                 frames = conn.feed(await reader.readexactly(conn.want()))
             except InvalidReceiveError as exc:
-                log.warning("Closing connection from %s: %s (socket.request.max.bytes)", session.host, exc)
+                what = ("socket.request.max.bytes" if conn.frames.max_size == self.max_request_bytes
+                        else "sasl.server.max.receive.size, before authentication")
+                log.warning("Closing connection from %s: %s (%s)", session.host, exc, what)
                 return
             for frame in frames:
-                response = await self._handle_frame(conn, frame, session)
+                response: list[Any] | Literal[False] | None
+                if sasl is not None and sasl.raw_tokens:
+                    response = await self._raw_sasl_token(sasl, frame, session)
+                else:
+                    response = await self._handle_frame(conn, frame, session, sasl)
                 if response is None:
                     continue
                 if response is False:
                     return
                 await self._send(writer, response)
+                if sasl is not None and sasl.closing:
+                    log.info("Closing connection from %s (listener %s): %s", session.host, session.listener,
+                             sasl.closing)
+                    return
+            if sasl is not None:
+                conn.frames.max_size = self.max_request_bytes if sasl.authenticated else self.sasl_max_receive
 
-    async def _handle_frame(self, conn: ServerConnection, frame: memoryview, session: Session
-                            ) -> list[Any] | Literal[False] | None:
+    def _authenticator(self, session: Session) -> _SaslState | None:
+        """The SASL authenticator of a connection on a SASL_* listener (None on the others)."""
+        if not session.protocol.startswith("SASL_"):
+            return None
+        plain = self._plain_users.get(session.listener, {})
+        mechanisms, reauth_ms = self._sasl_listener.get(session.listener) or self._sasl_settings(session.listener)
+        return _SaslState(mechanisms, plain, self._scram_credential, reauth_ms)
+
+    def _sasl_settings(self, listener: str) -> tuple[list[str], int]:
+        """A listener's mechanisms and connections.max.reauth.ms (both per listener, as Kafka's), read once."""
+        out = (self.config.sasl_mechanisms(listener),
+               self.config.listener_prop(listener, "connections.max.reauth.ms"))
+        self._sasl_listener[listener] = out
+        return out
+
+    async def _scram_loaded(self) -> None:
+        """During start-up a SCRAM login waits until the cluster part has read the credentials (not for the
+        whole start-up: the broker's own controller may log in with SCRAM before the broker is ready)."""
+        while self.cluster is None:
+            await asyncio.sleep(0.02)
+        await self.cluster.scram_admin.loaded.wait()
+
+    def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return None if self.cluster is None else self.cluster.scram.get(user, mechanism)
+
+    async def _raw_sasl_token(self, sasl: _SaslState, frame: memoryview, session: Session
+                              ) -> list[Any] | Literal[False]:
+        """A token in SaslHandshake v0 framing: answered by a raw size-prefixed token, or the connection closed."""
+        if sasl.mechanism != "PLAIN":
+            await self._scram_loaded()
+        outcome = sasl.raw_token(bytes(frame))
+        if outcome.close:
+            log.info("Closing connection from %s (listener %s): SASL authentication failed: %s", session.host,
+                     session.listener, outcome.reason)
+            return False
+        self._authenticated(sasl, session)
+        token = outcome.token or b""
+        return [len(token).to_bytes(4, "big") + token]
+
+    @staticmethod
+    def _authenticated(sasl: _SaslState, session: Session) -> None:
+        if sasl.authenticated and session.principal != sasl.principal:
+            session.principal = sasl.principal
+            log.debug("Authenticated %s from %s on listener %s with %s", sasl.principal, session.host,
+                     session.listener, sasl.mechanism)
+
+    async def _handle_frame(self, conn: ServerConnection, frame: memoryview, session: Session,
+                            sasl: _SaslState | None = None) -> list[Any] | Literal[False] | None:
         """The response parts, None when there is nothing to send, False to close the connection."""
         assert self.apis is not None
         try:
@@ -294,6 +375,21 @@ class Broker:
             return False
         if isinstance(request, Reply):
             return request.parts
+        header = request.header
+        if sasl is not None:
+            if header.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+                return await self._sasl_request(conn, request.header, request.body, sasl, session)
+            if not sasl.authenticated:
+                if header.api_key != ApiKey.API_VERSIONS:
+                    log.warning("Closing connection from %s (listener %s): %s request before SASL authentication "
+                                "(only ApiVersions, SaslHandshake and SaslAuthenticate are served then)",
+                                session.host, session.listener, _api_name(header.api_key))
+                    return False
+            elif sasl.expired():
+                log.info("Closing connection from %s (listener %s): the SASL session of %s expired "
+                         "(connections.max.reauth.ms) without re-authentication", session.host, session.listener,
+                         session.principal)
+                return False
         try:
             body_out = await self.apis.handle(request.header, request.body, session)
         except CloseConnection as exc:
@@ -302,6 +398,23 @@ class Broker:
         if body_out is None:
             return None
         return conn.encode(request.header, body_out)
+
+    async def _sasl_request(self, conn: ServerConnection, header: RequestHeader, body: dict[str, Any],
+                            sasl: _SaslState, session: Session) -> list[Any]:
+        """SaslHandshake / SaslAuthenticate on a SASL_* listener, answered by the connection's authenticator;
+        a failure is answered, then the connection closes (`sasl.closing`)."""
+        if header.api_key == ApiKey.SASL_HANDSHAKE:
+            outcome = sasl.handshake(header.api_version, str(body.get("mechanism", "")))
+        else:
+            if sasl.mechanism != "PLAIN":
+                await self._scram_loaded()
+            outcome = sasl.authenticate(header.api_version, bytes(body.get("auth_bytes") or b""))
+        if outcome.close:
+            sasl.closing = f"SASL authentication failed: {outcome.reason}"
+        else:
+            self._authenticated(sasl, session)
+        assert outcome.body is not None
+        return conn.encode(header, outcome.body)
 
     async def _send(self, writer: asyncio.StreamWriter, parts: list[Any]) -> None:
         loop = asyncio.get_running_loop()
@@ -397,6 +510,29 @@ async def _bind(handler: Any, host: str, port: int) -> asyncio.base_events.Serve
             raise KafkaliteError(f"cannot listen on {addr} (listeners): the address is already in use, "
                                  "perhaps by another broker") from None
         raise KafkaliteError(f"cannot listen on {addr} (listeners): {exc.strerror or exc}") from None
+
+
+def _plain_users(cfg: BrokerConfig) -> dict[str, dict[str, str]]:
+    """listener -> PLAIN users (`user_<name>="<password>"` of its PlainLoginModule JAAS text). A SASL listener
+    offering PLAIN without JAAS text, or with text that does not parse, stops the broker naming the key."""
+    out: dict[str, dict[str, str]] = {}
+    for li in cfg.listeners():
+        if not cfg.security_protocol(li.name).startswith("SASL_") or "PLAIN" not in cfg.sasl_mechanisms(li.name):
+            continue
+        key = f"listener.name.{li.name.lower()}.plain.sasl.jaas.config"
+        text = cfg.sasl_jaas_config(li.name, "PLAIN")
+        if not text.strip():
+            raise KafkaliteError(f"listener {li.name} offers SASL mechanism PLAIN but {key} (or sasl.jaas.config) "
+                                 "is not set: give PlainLoginModule with user_<name>=\"<password>\" entries")
+        try:
+            entry = parse_jaas(text, key)
+        except JaasError as exc:
+            raise KafkaliteError(str(exc)) from None
+        if not entry.module.endswith("PlainLoginModule"):
+            raise KafkaliteError(f"{key}: login module {entry.module} is not supported for PLAIN (use "
+                                 "org.apache.kafka.common.security.plain.PlainLoginModule)")
+        out[li.name] = entry.plain_users()
+    return out
 
 
 def _check_data_dirs(cfg: BrokerConfig) -> None:

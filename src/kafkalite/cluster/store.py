@@ -161,6 +161,18 @@ class ClusterStore(ABC):
         ZkNodeChangeNotificationListener purge); returns how many. A store without creation times (the single
         broker's, where this broker is the only reader) treats every notification as old."""
 
+    @abstractmethod
+    async def users(self) -> list[str]:
+        """Users with an entity config (/config/users children): their SCRAM credentials."""
+
+    @abstractmethod
+    async def user_config(self, user: str) -> dict[str, str]:
+        """A user's entity config ({} when none): SCRAM-SHA-256/512 -> Kafka's credential text."""
+
+    @abstractmethod
+    async def set_user_config(self, user: str, configs: Mapping[str, str]) -> None:
+        """Replace a user's config and write a change notification (`users/<user>`) every broker watches."""
+
     # --- producer ids ------------------------------------------------------------------------------
 
     @abstractmethod

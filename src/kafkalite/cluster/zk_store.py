@@ -520,6 +520,34 @@ class ZkStore(ClusterStore):
             return purged
         return int(await self._run(run))
 
+    async def users(self) -> list[str]:
+        def run() -> list[str]:
+            try:
+                return sorted(self.zk.get_children(z.CONFIG_USERS))
+            except NoNodeError:
+                return []
+        return await self._run(run)
+
+    async def user_config(self, user: str) -> dict[str, str]:
+        def run() -> dict[str, str]:
+            try:
+                data, _ = self.zk.get(z.user_config_path(user))
+            except NoNodeError:
+                return {}
+            return z.decode_user_config(user, data) if data else {}
+        return await self._run(run)
+
+    async def set_user_config(self, user: str, configs: Mapping[str, str]) -> None:
+        def run() -> None:
+            path = z.user_config_path(user)
+            try:
+                self.zk.set(path, z.encode_topic_config(configs))
+            except NoNodeError:
+                self.zk.create(path, z.encode_topic_config(configs), makepath=True)
+            self.zk.create(f"{z.CONFIG_CHANGES}/{z.CONFIG_CHANGE_PREFIX}", z.encode_config_change(user, "users"),
+                           sequence=True)
+        await self._run(run)
+
     # --- producer ids ------------------------------------------------------------------------------
 
     async def next_producer_id_block(self, broker_id: int) -> ProducerIdBlock:

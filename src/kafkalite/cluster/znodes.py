@@ -24,6 +24,7 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
+CONFIG_USERS = "/config/users"  # SCRAM credentials (and Kafka's user quotas), one znode per user
 CONFIG_CHANGE_PREFIX = "config_change_"
 DELETE_TOPICS = "/admin/delete_topics"
 ISR_CHANGE = "/isr_change_notification"
@@ -72,6 +73,10 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def user_config_path(user: str) -> str:
+    return f"{CONFIG_USERS}/{user}"
 
 
 def delete_topic_path(topic: str) -> str:
@@ -254,8 +259,18 @@ def decode_topic_config(topic: str, data: bytes) -> dict[str, str]:
     return {str(k): str(v) for k, v in cfg.items()}
 
 
-def encode_config_change(topic: str) -> bytes:
-    return _dump({"version": 2, "entity_path": f"topics/{topic}"})
+def encode_config_change(name: str, entity_type: str = "topics") -> bytes:
+    """Kafka's /config/changes/config_change_<seq> notification (version 2): `<entity type>/<name>`."""
+    return _dump({"version": 2, "entity_path": f"{entity_type}/{name}"})
+
+
+def decode_user_config(user: str, data: bytes) -> dict[str, str]:
+    """/config/users/<user>: `{"version":1,"config":{"SCRAM-SHA-256":"salt=...,...,iterations=4096"}}`."""
+    path = user_config_path(user)
+    cfg = _load(path, data).get("config", {})
+    if not isinstance(cfg, dict):
+        raise ZnodeFormatError(f"{path} is malformed: 'config' is not an object")
+    return {str(k): str(v) for k, v in cfg.items()}
 
 
 def decode_config_change(path: str, data: bytes) -> tuple[str, str]:

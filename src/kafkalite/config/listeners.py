@@ -1,8 +1,7 @@
 """`listeners` / `advertised.listeners` and the security protocol each listener speaks.
 
-Kafka maps a listener's name to a protocol through `listener.security.protocol.map`. A listener mapped to a
-protocol kafkalite does not speak yet must stop the broker rather than serve plaintext under a name that
-promises authentication.
+Kafka maps a listener's name to a protocol through `listener.security.protocol.map`; kafkalite speaks all
+four of Kafka's protocols (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from kafkalite.errors import InvalidConfigError
 DEFAULT_PORT = 9092
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
-NOT_IMPLEMENTED = "SASL is not implemented in kafkalite yet; use PLAINTEXT or SSL listeners"
+NOT_IMPLEMENTED = "kafkalite does not implement this security protocol"
 _LISTENER = re.compile(r"^(?:(?P<name>[A-Za-z0-9_]+)://)?(?P<host>\[[^\]]*\]|[^:]*):(?P<port>-?\d+)$")
 
 
@@ -65,7 +64,7 @@ def parse_protocol_map(value: str) -> dict[str, str]:
 
 
 # The protocols a listener may speak today; the others are refused by name rather than served as plaintext.
-IMPLEMENTED_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_SSL"})
+IMPLEMENTED_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 
 
 def check_protocols(listeners: list[Listener], protocol_map: dict[str, str], key: str) -> None:

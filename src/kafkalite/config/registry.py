@@ -72,6 +72,25 @@ def _tls_versions(v: Any) -> str | None:
     return f"{', '.join(bad)}: supported are {', '.join(TLS_VERSIONS)}" if bad else None
 
 
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # what kafkalite's authenticator speaks
+SASL_REFUSED = ("GSSAPI", "OAUTHBEARER")  # Kafka's other built-in mechanisms: refused by name
+
+
+def _sasl_mechanisms(v: Any) -> str | None:
+    """sasl.enabled.mechanisms: the list is only checked when a SASL listener uses it (Kafka's default GSSAPI
+    is harmless on a PLAINTEXT broker); here only the names must be known."""
+    return None
+
+
+def _sasl_mechanism(v: Any) -> str | None:
+    name = str(v).strip().upper()
+    if name in SASL_MECHANISMS:
+        return None
+    if name in SASL_REFUSED:
+        return f"SASL mechanism {name} is not supported by kafkalite (supported: {', '.join(SASL_MECHANISMS)})"
+    return f"unknown SASL mechanism {name} (supported: {', '.join(SASL_MECHANISMS)})"
+
+
 def _ibp(v: Any) -> str | None:
     """inter.broker.protocol.version: Kafka's MAJOR.MINOR[-IVn] names from 2.3 (replica_id in
     OffsetsForLeaderEpoch, the oldest protocol a kafkalite follower speaks)."""
@@ -139,6 +158,19 @@ _BROKER: tuple[BrokerKey, ...] = (
        "empty: none, every request allowed", _authorizer),
     _k("super.users", "str", "", "principals allowed everything, separated by ';' (User:admin;User:broker)"),
     _k("allow.everyone.if.no.acl.found", "bool", False, "allow every principal on a resource without ACLs"),
+    # SASL (security/sasl.py); per-listener forms listener.name.<l>.<key> and, for JAAS,
+    # listener.name.<l>.<mechanism>.sasl.jaas.config (see `listener_override_base`)
+    _k("sasl.enabled.mechanisms", "list", ("GSSAPI",), "SASL mechanisms a SASL_* listener offers (PLAIN, "
+       "SCRAM-SHA-256, SCRAM-SHA-512; Kafka's default GSSAPI, and OAUTHBEARER, are refused on a SASL listener)",
+       _sasl_mechanisms),
+    _k("sasl.mechanism.inter.broker.protocol", "str", "GSSAPI", "the SASL mechanism brokers log in to each other "
+       "with over a SASL_* inter-broker listener"),
+    _k("sasl.jaas.config", "str", "", "JAAS login module text: PlainLoginModule with the broker's own "
+       "username/password and user_<name>=\"<password>\" entries; ScramLoginModule with username/password"),
+    _k("sasl.server.max.receive.size", "int", 524288, "largest frame accepted before SASL authentication",
+       at_least(1)),
+    _k("connections.max.reauth.ms", "long", 0, "SASL session lifetime: a connection must re-authenticate "
+       "within it (0: sessions do not expire)", at_least(0)),
     _k("socket.request.max.bytes", "int", 104857600, "largest request accepted", at_least(1)),
     _k("connections.max.idle.ms", "long", 600000, "close connections idle this long", at_least(1)),
     _k("fetch.max.bytes", "int", 57671680, "most bytes one fetch response returns", at_least(0)),
@@ -343,8 +375,33 @@ def listener_key(name: str) -> tuple[str, str] | None:
     return (listener.upper(), key) if sep and listener else None
 
 
+_LISTENER_KEY = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
+_MECHANISM_PREFIXES = tuple(f"{m.lower()}." for m in (*SASL_MECHANISMS, *SASL_REFUSED))
+
+
+def listener_override_base(name: str) -> str | None:
+    """The registered key a per-listener override stands for: `listener.name.<l>.<key>` (Kafka's
+    ListenerName.configPrefix) and, for JAAS, `listener.name.<l>.<mechanism>.sasl.jaas.config`; None when
+    `name` is no such key."""
+    m = _LISTENER_KEY.match(name)
+    if m is None:
+        return None
+    rest = m.group(2)
+    for prefix in _MECHANISM_PREFIXES:
+        if rest.startswith(prefix) and rest[len(prefix):] == "sasl.jaas.config":
+            return "sasl.jaas.config"
+    return rest
+
+
+def is_sensitive(name: str) -> bool:
+    """Kafka's PASSWORD-type settings (sasl.jaas.config, ssl.*.password), directly or per listener: never shown
+    by DescribeConfigs (value null, is_sensitive true)."""
+    base = listener_override_base(name) or name
+    return base == "sasl.jaas.config" or base.endswith(".password")
+
+
 def security_refusals(props: Mapping[str, object]) -> list[str]:
-    """Settings asking for what kafkalite cannot do (SASL, an ssl.* key it cannot honour): refused, since
+    """Settings asking for what kafkalite cannot do (an ssl.* key it cannot honour): refused, since
     running without them would mislead."""
     out = []
     for k in props:
@@ -355,8 +412,6 @@ def security_refusals(props: Mapping[str, object]) -> list[str]:
                 out.append(f"{k} is set: {SSL_REFUSED[key]}")
             elif key not in KEYS:
                 out.append(f"{k} is set: kafkalite does not support this TLS setting")
-        elif key.startswith("sasl.") or (per_listener and ".sasl." in f".{key}"):
-            out.append(f"{k} is set: {NOT_IMPLEMENTED}")
     return out
 
 
