@@ -33,6 +33,10 @@ from kafkalite.security.transport import ClientSecurity, connect, open_connectio
 from tests.support.brokers import BrokerProcess, free_port
 from tests.support.certs import PASSWORD
 
+# SASL_SSL listeners authenticate with SASL (PLAIN users of a JAAS entry, as Kafka writes it)
+JAAS_FOR_SASL_SSL = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+                     'password="admin-secret" user_admin="admin-secret";')
+
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -425,7 +429,8 @@ def test_tls_versions_and_cipher_suites(pki, tmp_path):
         listener_tls_context(ssl_config(tmp_path, **base, **{"ssl.cipher.suites": only13,
                                                              "ssl.enabled.protocols": "TLSv1.2"}), "SSL")
     sasl_ssl = BrokerConfig.load(None, {"listeners": "SASL_SSL://127.0.0.1:0", "log.dirs": tmp_path, **base,
-                                        "ssl.client.auth": "required"})
+                                        "ssl.client.auth": "required", "sasl.enabled.mechanisms": "PLAIN",
+                                        "sasl.jaas.config": JAAS_FOR_SASL_SSL})
     ctx = listener_tls_context(sasl_ssl, "SASL_SSL")  # KIP-684: only a listener-prefixed ssl.client.auth counts
     assert ctx is not None and ctx.verify_mode == ssl.CERT_NONE
     sasl_ssl = BrokerConfig.load(None, {**sasl_ssl.props, "listener.name.sasl_ssl.ssl.client.auth": "required",
