@@ -198,12 +198,20 @@ def seed_store(store: Any, acls: dict[ResourcePattern, Iterable[AclEntry]]) -> N
     asyncio.run(run())
 
 
-def client_config(bootstrap: str, principal: str = ANONYMOUS) -> dict[str, Any]:
-    """confluent-kafka settings to connect as `principal`: over PLAINTEXT only ANONYMOUS exists; SASL users
-    plug in here (security.protocol, sasl.mechanism, sasl.username/password)."""
-    if principal != ANONYMOUS:
-        raise NotImplementedError(f"{principal}: needs SASL (tests/test_security_sasl.py's users)")
-    return {"bootstrap.servers": bootstrap}
+def client_config(bootstrap: str, principal: str = ANONYMOUS, password: str | None = None,
+                  mechanism: str = "SCRAM-SHA-512", ca_pem: Any = None) -> dict[str, Any]:
+    """confluent-kafka settings to connect as `principal`: over PLAINTEXT only ANONYMOUS exists; a SASL user
+    (`User:alice`) logs in with `password` and `mechanism`, over SASL_SSL when `ca_pem` (the CA that signed the
+    broker's certificate) is given, else SASL_PLAINTEXT (tests/test_security_combined.py)."""
+    if principal == ANONYMOUS:
+        return {"bootstrap.servers": bootstrap}
+    if password is None:
+        raise ValueError(f"{principal}: a SASL user needs its password")
+    conf = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL" if ca_pem else "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism, "sasl.username": principal.removeprefix("User:"), "sasl.password": password}
+    if ca_pem is not None:
+        conf["ssl.ca.location"] = str(ca_pem)
+    return conf
 
 
 def acl_request(bootstrap: str, api: ApiKey, body: dict[str, Any]) -> dict[str, Any]:
