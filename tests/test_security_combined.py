@@ -398,6 +398,7 @@ def test_cluster_over_sasl_ssl_with_acls_survives_the_leaders_kill(pki, tmp_path
         reg = cluster.zk_json("/brokers/ids/1")
         assert reg["endpoints"] == [f"SASL_SSL://127.0.0.1:{ports[1]}"]
         assert reg["listener_security_protocol_map"] == {"SASL_SSL": "SASL_SSL"}
+        assert (reg["host"], reg["port"]) == (None, -1)  # Kafka's legacy fields name PLAINTEXT endpoints only
 
         add_scram_users(cluster.brokers[1].bootstrap, admin_props, ["alice", "bob"])
         cli("topics", "--bootstrap-server", bootstrap, "--command-config", str(admin_props), "--create", "--topic",
@@ -470,3 +471,17 @@ def _logs_in(pki: Any, port: int, user: str) -> bool:
         return True
     except SaslAuthenticationError:
         return False
+
+
+def test_registration_without_a_plaintext_endpoint_has_kafkas_null_host_and_port():
+    """Kafka's /brokers/ids/<id> keeps the legacy "host"/"port" for the PLAINTEXT endpoint only, null and -1
+    without one: a reader of those fields (old tools) must not be sent in plaintext to a SASL_SSL port."""
+    from kafkalite.cluster import znodes as z
+
+    secure = z.BrokerRegistration(1, (z.Endpoint("SASL_SSL", "b1.example.com", 9094, "SASL_SSL"),))
+    doc = json.loads(secure.encode())
+    assert (doc["host"], doc["port"]) == (None, -1)
+    assert doc["endpoints"] == ["SASL_SSL://b1.example.com:9094"]
+    assert z.BrokerRegistration.decode(1, secure.encode()).endpoints == secure.endpoints
+    both = z.BrokerRegistration(1, (secure.endpoints[0], z.Endpoint("INTERNAL", "10.0.0.1", 9092, "PLAINTEXT")))
+    assert (json.loads(both.encode())["host"], json.loads(both.encode())["port"]) == ("10.0.0.1", 9092)

@@ -131,9 +131,12 @@ class BrokerRegistration:
         return self.endpoints[0]
 
     def encode(self) -> bytes:
-        first = next((e for e in self.endpoints if e.security_protocol == "PLAINTEXT"), self.endpoints[0])
+        # the legacy host/port name a PLAINTEXT endpoint only (null, -1 without one, as Kafka writes them): old
+        # readers of these two fields connect in plaintext
+        plain = next((e for e in self.endpoints if e.security_protocol == "PLAINTEXT"), None)
         doc: dict[str, Any] = {
-            "version": 5, "host": first.host, "port": first.port, "jmx_port": -1, "timestamp": _now_ms(),
+            "version": 5, "host": plain.host if plain else None, "port": plain.port if plain else -1, "jmx_port": -1,
+            "timestamp": _now_ms(),
             "endpoints": [f"{e.listener}://{e.host}:{e.port}" for e in self.endpoints],
             "listener_security_protocol_map": {e.listener: e.security_protocol for e in self.endpoints},
             "features": {},
