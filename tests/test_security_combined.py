@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -485,3 +486,119 @@ def test_registration_without_a_plaintext_endpoint_has_kafkas_null_host_and_port
     assert z.BrokerRegistration.decode(1, secure.encode()).endpoints == secure.endpoints
     both = z.BrokerRegistration(1, (secure.endpoints[0], z.Endpoint("INTERNAL", "10.0.0.1", 9092, "PLAINTEXT")))
     assert (json.loads(both.encode())["host"], json.loads(both.encode())["port"]) == ("10.0.0.1", 9092)
+
+
+# --- 4. the README's commands: `kafkalite cluster` with SASL_SSL and ACLs ------------------------------------
+
+README_JAAS = ('listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule '
+               'required username="admin" password="admin-secret" user_admin="admin-secret";')
+
+
+def _consecutive_free_ports(n: int) -> int:
+    """A first port of `n` free consecutive ones below the ephemeral range (outgoing connections don't take
+    them meanwhile), as `kafkalite cluster --port` wants."""
+    import random
+    import socket
+
+    def free(p: int) -> bool:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+                return True
+            except OSError:
+                return False
+    return next(p for p in iter(lambda: random.randrange(20000, 30000), None) if all(free(p + i) for i in range(n)))
+
+
+@pytest.mark.cluster
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="the README makes its certificates with openssl")
+def test_readme_security_commands_on_kafkalite_cluster(tmp_path, monkeypatch):
+    """The README's "Security" walk-through, command by command: openssl certificates, `kafkalite cluster
+    --security-protocol SASL_SSL` with the ACL authorizer, users, a topic and ACLs made over SASL_SSL as admin,
+    alice producing and consuming with the console tools, bob refused with Kafka's errors and nothing written."""
+    from tests.support.zookeeper import missing
+
+    if missing():
+        pytest.skip(f"kafkalite cluster needs ZooKeeper: {missing()}")
+    monkeypatch.chdir(tmp_path)  # the README's commands use relative file names
+    for cmd in (["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365", "-subj", "/CN=my-ca",
+                 "-keyout", "ca.key", "-out", "ca.pem"],
+                ["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=broker", "-keyout", "broker.key",
+                 "-out", "broker.csr"],
+                ["sh", "-c", "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext"],
+                ["openssl", "x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-days", "365", "-extfile", "san.ext", "-out", "broker.pem"],
+                ["sh", "-c", "cat broker.key broker.pem > broker-keystore.pem"]):
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+    port, zk_port = _consecutive_free_ports(3), free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "kafkalite.cli.main", "cluster", "--brokers", "3", "--port",
+                             str(port), "--zookeeper-port", str(zk_port), "--dir", "kl",
+                             "--security-protocol", "SASL_SSL",
+                             *[a for o in ("ssl.keystore.type=PEM", "ssl.keystore.location=broker-keystore.pem",
+                                           "ssl.truststore.type=PEM", "ssl.truststore.location=ca.pem",
+                                           "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                                           "sasl.mechanism.inter.broker.protocol=PLAIN", README_JAAS,
+                                           "authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
+                                           "super.users=User:admin") for a in ("--override", o)]],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines: list[str] = []
+        while not lines or not lines[-1].startswith("bootstrap.servers="):
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+            assert line, "".join(lines)
+            lines.append(line)
+        assert "security.protocol=SASL_SSL\n" in lines
+        bootstrap = lines[-1].strip().split("=", 1)[1]
+        Path("admin.properties").write_text(
+            "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.jaas.config=org.apache.kafka.common.security.plain."
+            'PlainLoginModule required username="admin" password="admin-secret";\n'
+            "ssl.truststore.type=PEM\nssl.truststore.location=ca.pem\n")
+        for user in ("alice", "bob"):
+            Path(f"{user}.properties").write_text(
+                "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config=org.apache.kafka.common."
+                f'security.scram.ScramLoginModule required username="{user}" password="{user}-secret";\n'
+                "ssl.truststore.type=PEM\nssl.truststore.location=ca.pem\n")
+        admin = ["--bootstrap-server", bootstrap, "--command-config", "admin.properties"]
+        for user in ("alice", "bob"):
+            cli("configs", *admin, "--alter", "--entity-type", "users", "--entity-name", user,
+                "--add-config", f"SCRAM-SHA-512=[password={user}-secret]")
+        cli("topics", *admin, "--create", "--topic", "orders", "--partitions", "3", "--replication-factor", "3",
+            "--config", "min.insync.replicas=2")
+        cli("acls", *admin, "--add", "--allow-principal", "User:alice", "--producer", "--topic", "orders")
+        cli("acls", *admin, "--add", "--allow-principal", "User:alice", "--consumer", "--topic", "orders",
+            "--group", "billing")
+        described = cli("topics", *admin, "--describe", "--topic", "orders")
+        assert described.count("Isr: ") == 3, described
+
+        def console(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "kafkalite.cli.main", *args, "--bootstrap-server",
+                                   bootstrap], input=stdin, capture_output=True, text=True, timeout=60)
+
+        r = console(["produce", "--producer.config", "alice.properties", "--topic", "orders"], "one\ntwo\nthree\n")
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = console(["consume", "--consumer.config", "alice.properties", "--topic", "orders", "--group", "billing",
+                     "--from-beginning", "--max-messages", "3"])
+        assert r.returncode == 0 and r.stdout.split() == ["one", "two", "three"], r.stdout + r.stderr
+        r = console(["produce", "--producer.config", "bob.properties", "--topic", "orders"], "evil\n")
+        assert r.returncode == 1 and "TOPIC_AUTHORIZATION_FAILED" in r.stdout + r.stderr, r.stdout + r.stderr
+        r = console(["topics", "--command-config", "bob.properties", "--delete", "--topic", "orders"])
+        assert r.returncode == 1 and "TOPIC_AUTHORIZATION_FAILED" in r.stdout + r.stderr, r.stdout + r.stderr
+        r = console(["topics", "--command-config", "bob.properties", "--list"])
+        assert r.returncode == 0 and "orders" not in r.stdout, r.stdout
+        r = console(["get-offsets", "--command-config", "alice.properties", "--topic", "orders"])
+        assert sorted(r.stdout.split()) == ["orders:0:3", "orders:1:0", "orders:2:0"], r.stdout + r.stderr
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_kafkalite_cluster_refuses_per_broker_settings_in_override(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "kafkalite.cli.main", "cluster", "--dir", str(tmp_path / "kl"),
+                        "--override", "listeners=SASL_SSL://127.0.0.1:9093", "--override", "num.partitions=3"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--override listeners would be the same for every broker" in r.stdout, r.stdout
+    assert not (tmp_path / "kl").exists()

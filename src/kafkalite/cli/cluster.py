@@ -25,6 +25,9 @@ examples:
   kafkalite cluster --brokers 3
       ZooKeeper on 127.0.0.1:2181, brokers 1-3 on 127.0.0.1:9092-9094, data in ./kafkalite-cluster
   kafkalite cluster --brokers 3 --port 19092 --zookeeper-port 12181 --dir /tmp/kl --override num.partitions=6
+  kafkalite cluster --brokers 3 --security-protocol SASL_SSL --override ssl.keystore.location=broker.p12 ...
+      every broker's one listener is SASL_SSL (brokers talk to each other on it too); its ssl.* and sasl.*
+      settings, the same for every broker, come with --override (see docs/security-*.md)
 
 ZooKeeper comes from Debian's `zookeeper` package (apt-get install zookeeper); --zookeeper-jar names another.
 Data is not replicated between brokers yet: see docs/cluster.md.
@@ -42,7 +45,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--zookeeper-jar", default=str(DEBIAN_JAR), help=f"ZooKeeper's jar (default {DEBIAN_JAR})")
     p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
                    help="a broker setting for every broker (repeatable)")
+    p.add_argument("--security-protocol", default="PLAINTEXT", choices=PROTOCOLS,
+                   help="protocol of each broker's listener (default PLAINTEXT); other brokers connect to it too "
+                        "(inter.broker.listener.name) unless an --override names the inter-broker listener")
     p.set_defaults(func=run)
+
+
+PROTOCOLS = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+INTER_BROKER_KEYS = ("inter.broker.listener.name", "security.inter.broker.protocol")
+PER_BROKER_KEYS = ("listeners", "advertised.listeners", "broker.id", "node.id", "log.dirs", "log.dir",
+                   "zookeeper.connect")
 
 
 def _listening(port: int) -> bool:
@@ -60,6 +72,11 @@ class _Stop(Exception):
 def run(args: Any) -> int:
     if args.brokers < 1:
         print("Error: --brokers must be at least 1")
+        return 2
+    per_broker = sorted({k for o in args.override if (k := o.split("=", 1)[0].strip()) in PER_BROKER_KEYS})
+    if per_broker:
+        print(f"Error: --override {', '.join(per_broker)} would be the same for every broker; this command gives "
+              "each broker its own listener on --port + id - 1 (its protocol: --security-protocol)")
         return 2
     root = Path(args.dir).resolve()
     busy = [p for p in range(args.port, args.port + args.brokers) if _listening(p)]
@@ -80,11 +97,15 @@ def run(args: Any) -> int:
             print(f"Error: {exc}")
             return 1
         connect = f"{zk.address}/kafkalite"
+        protocol = args.security_protocol
+        inter_broker_given = any(o.split("=", 1)[0].strip() in INTER_BROKER_KEYS for o in args.override)
         for i in range(1, args.brokers + 1):
             cmd = [sys.executable, "-m", "kafkalite.cli.main", "serve",
                    "--override", f"broker.id={i}", "--override", f"zookeeper.connect={connect}",
-                   "--override", f"listeners=PLAINTEXT://127.0.0.1:{args.port + i - 1}",
+                   "--override", f"listeners={protocol}://127.0.0.1:{args.port + i - 1}",
                    "--override", f"log.dirs={root / f'broker-{i}'}"]
+            if protocol != "PLAINTEXT" and not inter_broker_given:
+                cmd += ["--override", f"inter.broker.listener.name={protocol}"]
             for o in args.override:
                 cmd += ["--override", o]
             with open(root / f"broker-{i}.log", "ab") as log:
@@ -106,6 +127,8 @@ def run(args: Any) -> int:
         print(f"ZooKeeper   {zk.address} (zookeeper.connect={connect})")
         for i in procs:
             print(f"broker {i:<4} 127.0.0.1:{args.port + i - 1}  (log {root / f'broker-{i}.log'})")
+        if protocol != "PLAINTEXT":
+            print(f"security.protocol={protocol}")
         print("bootstrap.servers=" + ",".join(f"127.0.0.1:{args.port + i - 1}" for i in procs), flush=True)
         print("Ctrl-C stops them all.", flush=True)
         while True:
