@@ -374,6 +374,19 @@ def test_bob_is_refused_by_the_cli_too(secure_broker, pki, tmp_path):
     assert "t1" not in out.split()
 
 
+def test_tools_without_command_config_on_a_secured_listener_say_what_is_missing(secure_broker):
+    """A plaintext tool on a SASL_SSL port: the broker closes the connection; the message says that a TLS or
+    SASL listener wants --command-config (--producer.config / --consumer.config), not only "closed"."""
+    base = [sys.executable, "-m", "kafkalite.cli.main"]
+    for args, option in ((["topics", "--list"], "--command-config"), (["acls", "--list"], "--command-config"),
+                         (["consume", "--topic", "t1", "--max-messages", "1"], "--consumer.config"),
+                         (["produce", "--topic", "t1"], "--producer.config")):
+        r = subprocess.run([*base, *args, "--bootstrap-server", secure_broker.bootstrap], input="x\n",
+                           capture_output=True, text=True, timeout=60)
+        out = r.stdout + r.stderr
+        assert r.returncode == 1 and "closed the connection" in out and f"give {option}" in out, (args, out)
+
+
 # --- 3. the three-broker cluster ------------------------------------------------------------------------------
 
 

@@ -36,6 +36,17 @@ def client_security(args: Any) -> ClientSecurity:
     return ClientSecurity.from_client_props(read_properties(path), where=path)
 
 
+def unreachable(args: Any, exc: OSError, option: str = "--command-config") -> str:
+    """The message for a broker that could not be spoken to. A TLS or SASL listener closes a plaintext client's
+    connection without a word, so when the tool connected in plaintext, say which option is missing (Kafka's
+    tools only time out there)."""
+    message = f"cannot reach the broker at {args.bootstrap_server}: {exc}"
+    if client_security(args).protocol == "PLAINTEXT" and "closed the connection" in str(exc):
+        message += (f" (a TLS or SASL listener closes plaintext connections: give {option} FILE with its "
+                    "security.protocol, ssl.* and sasl.* settings)")
+    return message
+
+
 class UsageError(ValueError):
     """Options that do not fit together; reported like argparse would, exit code 2."""
 
@@ -55,7 +66,7 @@ def with_client(args: Any, client_id: str, body: Callable[[KafkaClient], int]) -
         print(f"Error: {exc}")
         return 1
     except OSError as exc:
-        print(f"Error: cannot reach the broker at {args.bootstrap_server}: {exc}")
+        print(f"Error: {unreachable(args, exc)}")
         return 1
 
 

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from kafkalite.cli.common import add_command_config, client_security
+from kafkalite.cli.common import add_command_config, client_security, unreachable
 from kafkalite.cli.console_props import (
     CONSUMER_PROPERTIES,
     PRODUCER_CLIENT_PROPERTIES,
@@ -148,7 +148,7 @@ def run_produce(args: Any) -> int:
     except (KafkaClientError, InvalidConfigError) as exc:
         return _fail(str(exc))
     except OSError as exc:
-        return _fail(f"cannot reach the broker at {args.bootstrap_server}: {exc}")
+        return _fail(unreachable(args, exc, "--producer.config"))
 
 
 def _produce(client: KafkaClient, args: Any, reader: LineReader, acks: int, codec: CompressionType,
@@ -283,7 +283,7 @@ def run_consume(args: Any) -> int:
     except ValueError as exc:
         return _fail(str(exc))
     except OSError as exc:
-        return _fail(f"cannot reach the broker at {args.bootstrap_server}: {exc}")
+        return _fail(unreachable(args, exc, "--consumer.config"))
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return 0
 

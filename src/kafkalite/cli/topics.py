@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from kafkalite.cli.common import add_command_config, client_security
+from kafkalite.cli.common import add_command_config, client_security, unreachable
 from kafkalite.client import KafkaClient, KafkaClientError, topics_of
 from kafkalite.errors import InvalidConfigError
 
@@ -42,7 +42,7 @@ def run(args: Any) -> int:
         print(f"Error: {exc}")
         return 1
     except (ConnectionError, OSError) as exc:
-        print(f"Error: cannot reach the broker at {args.bootstrap_server}: {exc}")
+        print(f"Error: {unreachable(args, exc)}")
         return 1
 
 
