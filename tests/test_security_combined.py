@@ -27,7 +27,7 @@ from kafkalite.client import KafkaClient
 from kafkalite.errors import SaslAuthenticationError
 from kafkalite.protocol import ApiKey, ErrorCode
 from kafkalite.security.transport import ClientSecurity, connect
-from tests.support.brokers import BrokerProcess, free_port
+from tests.support.brokers import BrokerProcess, consecutive_free_ports, free_port
 from tests.support.certs import PASSWORD
 from tests.test_security_acl import client_config
 from tests.test_security_sasl import JS_DIR, kafkajs, topic_name  # noqa: F401 - kafkajs is a fixture
@@ -507,22 +507,6 @@ README_JAAS = ('listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.c
                'required username="admin" password="admin-secret" user_admin="admin-secret";')
 
 
-def _consecutive_free_ports(n: int) -> int:
-    """A first port of `n` free consecutive ones below the ephemeral range (outgoing connections don't take
-    them meanwhile), as `kafkalite cluster --port` wants."""
-    import random
-    import socket
-
-    def free(p: int) -> bool:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-                return True
-            except OSError:
-                return False
-    return next(p for p in iter(lambda: random.randrange(20000, 30000), None) if all(free(p + i) for i in range(n)))
-
-
 @pytest.mark.cluster
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the README makes its certificates with openssl")
 def test_readme_security_commands_on_kafkalite_cluster(tmp_path, monkeypatch):
@@ -544,7 +528,7 @@ def test_readme_security_commands_on_kafkalite_cluster(tmp_path, monkeypatch):
                 ["sh", "-c", "cat broker.key broker.pem > broker-keystore.pem"]):
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
-    port, zk_port = _consecutive_free_ports(3), free_port()
+    port, zk_port = consecutive_free_ports(3), free_port()
     proc = subprocess.Popen([sys.executable, "-m", "kafkalite.cli.main", "cluster", "--brokers", "3", "--port",
                              str(port), "--zookeeper-port", str(zk_port), "--dir", "kl",
                              "--security-protocol", "SASL_SSL",
