@@ -30,7 +30,7 @@ examples:
       settings, the same for every broker, come with --override (see docs/security-*.md)
 
 ZooKeeper comes from Debian's `zookeeper` package (apt-get install zookeeper); --zookeeper-jar names another.
-Data is not replicated between brokers yet: see docs/cluster.md.
+How the brokers replicate and fail over: docs/cluster.md, docs/replication.md.
 """
 
 
