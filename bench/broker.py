@@ -123,8 +123,8 @@ class _RawConnection:
         self.sock.close()
 
 
-def _raw_produce(port: int, topic: str, total: int, request_bytes: int = MiB, in_flight: int = 4
-                 ) -> tuple[int, float]:
+def _raw_produce(port: int, topic: str, total: int, request_bytes: int = MiB, in_flight: int = 4,
+                 partition: int = 0) -> tuple[int, float]:
     """Pipelined Produce requests, each one batch of ~1 MiB of 1 KiB records (what librdkafka sends with
     batch.size=1 MiB), acks=1, `in_flight` outstanding like librdkafka's max.in.flight."""
     now = int(time.time() * 1000)
@@ -132,7 +132,7 @@ def _raw_produce(port: int, topic: str, total: int, request_bytes: int = MiB, in
     batch = bytes(build_batch([SimpleRecord(None, value, now)] * (request_bytes // (RECORD + 10))))
     version = 8
     body = {"transactional_id": None, "acks": 1, "timeout_ms": 30_000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]}
     frame = encode_request(ApiKey.PRODUCE, version, 1, "bench", body)
     n = max(1, total // len(batch))
     conn = _RawConnection(port)
@@ -152,7 +152,8 @@ def _raw_produce(port: int, topic: str, total: int, request_bytes: int = MiB, in
         conn.close()
 
 
-def _raw_fetch(port: int, topic: str, total: int, partition_max: int = 8 * MiB) -> tuple[int, float]:
+def _raw_fetch(port: int, topic: str, total: int, partition_max: int = 8 * MiB, partition: int = 0
+               ) -> tuple[int, float]:
     """Fetch requests one after another from offset 0, as a consumer does, without opening the records
     (only the last batch header, to know the next offset)."""
     version = 11
@@ -164,7 +165,8 @@ def _raw_fetch(port: int, topic: str, total: int, partition_max: int = 8 * MiB) 
             body = {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 50 * MiB,
                     "isolation_level": 0, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [],
                     "rack_id": "", "topics": [{"topic": topic, "partitions": [{
-                        "partition": 0, "current_leader_epoch": -1, "fetch_offset": offset, "last_fetched_epoch": -1,
+                        "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                        "last_fetched_epoch": -1,
                         "log_start_offset": -1, "partition_max_bytes": partition_max}]}]}
             conn.sock.sendall(encode_request(ApiKey.FETCH, version, 1, "bench", body))
             part = conn.receive(ApiKey.FETCH, version)["responses"][0]["partitions"][0]
