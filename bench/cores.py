@@ -74,6 +74,7 @@ def _client(kind: str, port: int, topic: str, partition: int, nbytes: int, barri
 class Run:
     rate: float  # bytes per second, all clients together
     broker_cpu: list[float]  # CPU seconds per GiB, each broker process
+    broker_busy: list[float]  # CPU seconds over wall seconds, each broker process (1.0: a whole core)
     client_cpu: float  # CPU seconds per GiB, all clients together
     busy: float  # all that CPU over (cores x wall time)
     others: float  # CPU of the rest of the machine (other processes) over (cores x wall time), same interval
@@ -135,13 +136,14 @@ class Setup:
         cores = os.cpu_count() or 1
         span = time.monotonic() - since  # the machine's counter covers the clients' start and reaping too
         ours = sum(cpu) + client_cpu
-        return Run(total / wall, [c / gib for c in cpu], client_cpu / gib, ours / (cores * wall),
-                   max(0.0, machine - ours) / (cores * span))
+        return Run(total / wall, [c / gib for c in cpu], [c / wall for c in cpu], client_cpu / gib,
+                   ours / (cores * wall), max(0.0, machine - ours) / (cores * span))
 
 
 def _median_run(runs: list[Run]) -> Run:
     return Run(statistics.median(r.rate for r in runs),
                [statistics.median(r.broker_cpu[i] for r in runs) for i in range(len(runs[0].broker_cpu))],
+               [statistics.median(r.broker_busy[i] for r in runs) for i in range(len(runs[0].broker_cpu))],
                statistics.median(r.client_cpu for r in runs), statistics.median(r.busy for r in runs),
                statistics.median(r.others for r in runs))
 
@@ -181,7 +183,8 @@ def bench_cores(results: dict) -> None:
             one = _median_run(runs[(kind, 1)])
             for n in SIZES:
                 r = _median_run(runs[(kind, n)])
-                per = ", ".join(f"{c:.2f}" for c in r.broker_cpu)
+                per = ", ".join(f"{c:.2f} ({b:.0%} of a core)" for c, b in zip(r.broker_cpu, r.broker_busy,
+                                                                                 strict=True))
                 scale = f"{r.rate / one.rate:.2f}x 1 process; " if n > 1 else ""
                 results[f"cores: {names[kind][0]}, {n} broker process{'es' if n > 1 else ''}, {CLIENTS} clients"] = (
                     fmt_rate(r.rate),
