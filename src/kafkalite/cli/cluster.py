@@ -25,6 +25,8 @@ examples:
   kafkalite cluster --brokers 3
       ZooKeeper on 127.0.0.1:2181, brokers 1-3 on 127.0.0.1:9092-9094, data in ./kafkalite-cluster
   kafkalite cluster --brokers 3 --port 19092 --zookeeper-port 12181 --dir /tmp/kl --override num.partitions=6
+  kafkalite cluster --brokers 2 --override 'log.dirs=/mnt/disk{id}/kafkalite' --override broker.rack=node1
+      one broker process per core of a node, each on its own disk ({id} is the broker's id): docs/scaling.md
 
 ZooKeeper comes from Debian's `zookeeper` package (apt-get install zookeeper); --zookeeper-jar names another.
 Data is not replicated between brokers yet: see docs/cluster.md.
@@ -41,8 +43,23 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--zookeeper-port", type=int, default=2181)
     p.add_argument("--zookeeper-jar", default=str(DEBIAN_JAR), help=f"ZooKeeper's jar (default {DEBIAN_JAR})")
     p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
-                   help="a broker setting for every broker (repeatable)")
+                   help="a broker setting for every broker (repeatable); {id} in VALUE becomes the broker's id")
     p.set_defaults(func=run)
+
+
+def broker_command(broker_id: int, port: int, zookeeper_connect: str, root: Path, overrides: list[str]
+                   ) -> list[str]:
+    """The `kafkalite serve` command line of broker `broker_id`: its id, port, ZooKeeper and data directory under
+    `root`, then the user's --override settings in order (a later setting wins, so they can replace log.dirs),
+    with `{id}` in their values replaced by the broker's id: settings that must differ per broker, such as
+    log.dirs on a disk of each broker's own, then fit in one --override."""
+    cmd = [sys.executable, "-m", "kafkalite.cli.main", "serve",
+           "--override", f"broker.id={broker_id}", "--override", f"zookeeper.connect={zookeeper_connect}",
+           "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+           "--override", f"log.dirs={root / f'broker-{broker_id}'}"]
+    for o in overrides:
+        cmd += ["--override", o.replace("{id}", str(broker_id))]
+    return cmd
 
 
 def _listening(port: int) -> bool:
@@ -81,12 +98,7 @@ def run(args: Any) -> int:
             return 1
         connect = f"{zk.address}/kafkalite"
         for i in range(1, args.brokers + 1):
-            cmd = [sys.executable, "-m", "kafkalite.cli.main", "serve",
-                   "--override", f"broker.id={i}", "--override", f"zookeeper.connect={connect}",
-                   "--override", f"listeners=PLAINTEXT://127.0.0.1:{args.port + i - 1}",
-                   "--override", f"log.dirs={root / f'broker-{i}'}"]
-            for o in args.override:
-                cmd += ["--override", o]
+            cmd = broker_command(i, args.port + i - 1, connect, root, args.override)
             with open(root / f"broker-{i}.log", "ab") as log:
                 procs[i] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
