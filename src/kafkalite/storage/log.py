@@ -445,7 +445,7 @@ class Log:
         """Append batches with the offsets and epochs the leader gave them."""
         return self._append(records, AppendOrigin.REPLICATION, -1, as_leader=False)
 
-    def _analyze(self, buf: bytearray, origin: AppendOrigin, as_leader: bool) -> _Analysis:
+    def _analyze(self, buf: bytes | bytearray | memoryview, origin: AppendOrigin, as_leader: bool) -> _Analysis:
         batches: list[RecordBatch] = []
         first_offset = -1
         last_offset = -1
@@ -546,7 +546,9 @@ class Log:
 
     def _append(self, records: bytes | bytearray | memoryview, origin: AppendOrigin, leader_epoch: int,
                 as_leader: bool) -> LogAppendInfo:
-        buf = records if isinstance(records, bytearray) else bytearray(records)
+        # A leader assigns offsets in place, so it needs its own mutable copy; a follower only reads
+        # (a fetched frame's records go to the segment as they are, without a copy).
+        buf = records if isinstance(records, bytearray) or not as_leader else bytearray(records)
         with self._lock:
             self._check_open()
             a = self._analyze(buf, origin, as_leader)
