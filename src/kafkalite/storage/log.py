@@ -673,10 +673,8 @@ class Log:
     def flush(self, include_active: bool = False) -> None:
         """Fsync everything below the active segment (or up to the LEO) and advance the recovery point."""
         with self._lock:
-            if include_active:
-                self._flush_up_to(self.log_end_offset, inclusive=True)
-            else:
-                self._flush_up_to(self.active_segment.base_offset)
+            offset = self.log_end_offset if include_active else self.active_segment.base_offset
+        self._flush_up_to(offset, inclusive=include_active)
 
     def _flush_up_to(self, offset: int, inclusive: bool = False) -> None:
         """Fsync the segments holding [recovery point, offset) (or through `offset` when inclusive, which

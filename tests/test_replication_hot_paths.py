@@ -1,0 +1,174 @@
+"""The replication hot paths made faster for issue 15's performance targets, each checked for behaviour:
+
+- a Log flush (the one a roll schedules, or the periodic one) fsyncs outside the log's lock, so appends and
+  reads go on meanwhile; a truncation during the flush keeps the recovery point where it put it;
+- small fetched records are answered as bytes (one send with the header), large ones as a sendfile region;
+- the replica fetcher's connection reads response frames straight into their buffer, however the bytes are
+  split on the wire, and reports a connection lost in the middle of a frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+from kafkalite.broker.replica_fetcher import _ResponseStream
+from kafkalite.broker.replica_manager import SMALL_RECORDS_COPIED, ReplicaManager
+from kafkalite.protocol import ApiKey, FileRegion
+from kafkalite.protocol.codec import RequestHeader, encode_response
+from kafkalite.protocol.connection import ClientConnection, ServerConnection
+from kafkalite.records import SimpleRecord, build_batch
+from kafkalite.storage.log import FetchIsolation
+from tests.support.logs import Env
+
+
+def _batch(n: int = 1, size: int = 100) -> bytes:
+    return bytes(build_batch([SimpleRecord(None, b"v" * size)] * n))
+
+
+class _BlockedFsync:
+    """os.fsync that blocks until released (the OS call, not one of ours): a flush caught in the middle."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        real = os.fsync
+
+        def fsync(fd: int) -> None:
+            self.entered.set()
+            assert self.release.wait(10), "the test never released the fsync"
+            real(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+
+
+def _in_thread(fn) -> threading.Thread:
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
+def test_appends_and_reads_go_on_while_a_flush_is_in_fsync(tmp_path, monkeypatch):
+    lg = Env().open(tmp_path / "t-0")
+    for _ in range(5):
+        lg.append_as_leader(_batch(3))
+    blocked = _BlockedFsync(monkeypatch)
+    flusher = _in_thread(lambda: lg.flush(include_active=True))
+    assert blocked.entered.wait(5)
+    # the flusher is inside fsync: the log must still take appends and serve reads (the event loop's work)
+    done: list[object] = []
+    worker = _in_thread(lambda: done.extend([lg.append_as_leader(_batch(2)), lg.read(0, 1 << 20)]))
+    worker.join(3)
+    blocked.release.set()
+    flusher.join(10)
+    assert not worker.is_alive() and len(done) == 2, "an append waited for another thread's fsync"
+    assert lg.log_end_offset == 17
+    assert lg.recovery_point == 15  # what was there when the flush began, not what came meanwhile
+    lg.close()
+
+
+def test_a_truncation_during_a_flush_keeps_its_recovery_point(tmp_path, monkeypatch):
+    lg = Env().open(tmp_path / "t-0")
+    for _ in range(5):
+        lg.append_as_leader(_batch(3), leader_epoch=0)
+    blocked = _BlockedFsync(monkeypatch)
+    flusher = _in_thread(lambda: lg.flush(include_active=True))
+    assert blocked.entered.wait(5)
+    truncated = _in_thread(lambda: lg.truncate_to(6))
+    truncated.join(3)
+    blocked.release.set()
+    flusher.join(10)
+    assert not truncated.is_alive()
+    assert lg.log_end_offset == 6
+    assert lg.recovery_point <= 6, "a flush that began before the truncation moved the recovery point past it"
+    lg.close()
+
+
+def test_small_fetched_records_are_sent_as_bytes_large_ones_by_sendfile(tmp_path):
+    lg = Env().open(tmp_path / "t-0")
+    small = _batch(1, 200)
+    lg.append_as_leader(small)
+    big = _batch(8, SMALL_RECORDS_COPIED // 8)
+    lg.append_as_leader(big)
+    first = lg.read(0, len(small), FetchIsolation.LOG_END).records
+    wire = ReplicaManager.records_for_wire(first)
+    assert isinstance(wire, bytes) and wire == first.tobytes() and wire[16:] == small[16:]  # offset, epoch stamped
+    both = lg.read(0, 1 << 20, FetchIsolation.LOG_END).records
+    region = ReplicaManager.records_for_wire(both)
+    try:
+        assert isinstance(region, FileRegion) and region.size == len(small) + len(big)
+    finally:
+        os.close(region.fd)
+    lg.close()
+
+
+async def _serve_once(frames_of, split: int, close_after: int | None = None):
+    """A leader stand-in on 127.0.0.1: answers one request with `frames_of(header)`, written `split` bytes at a
+    time (or only `close_after` bytes, then closes)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = ServerConnection(1 << 20)
+        size = int.from_bytes(await reader.readexactly(4), "big")
+        request = conn.decode(await reader.readexactly(size))
+        data = b"".join(bytes(p) for p in frames_of(request.header))
+        if close_after is not None:
+            data = data[:close_after]
+        for i in range(0, len(data), split):
+            writer.write(data[i:i + split])
+            await writer.drain()
+            await asyncio.sleep(0)
+        writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+def _fetch_answer(records: bytes):
+    def frames(header: RequestHeader) -> list:
+        return encode_response(RequestHeader(ApiKey.FETCH, 12, header.correlation_id, None), {
+            "throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [{"topic": "t", "partitions": [{
+                "partition_index": 0, "error_code": 0, "high_watermark": 7, "last_stable_offset": 7,
+                "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
+                "records": records}]}]})
+    return frames
+
+
+_FETCH = {"replica_id": 2, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+          "session_id": 0, "session_epoch": -1, "topics": [], "forgotten_topics_data": [], "rack_id": ""}
+
+
+@pytest.mark.parametrize("split", [1, 7, 4096, 1 << 20])
+def test_the_fetcher_stream_reads_a_response_however_it_is_split(split):
+    records = _batch(40, 1000)
+
+    async def run() -> dict:
+        server = await _serve_once(_fetch_answer(records), split)
+        async with server:
+            port = server.sockets[0].getsockname()[1]
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            stream = _ResponseStream.take_over(reader, writer, ClientConnection("test"))
+            try:
+                return await asyncio.wait_for(stream.request(ApiKey.FETCH, 12, _FETCH), 20)
+            finally:
+                stream.close()
+
+    body = asyncio.run(run())
+    part = body["responses"][0]["partitions"][0]
+    assert part["high_watermark"] == 7 and bytes(part["records"]) == records
+
+
+def test_the_fetcher_stream_reports_a_connection_lost_in_the_middle_of_a_frame():
+    async def run() -> None:
+        server = await _serve_once(_fetch_answer(_batch(10, 1000)), 512, close_after=3000)
+        async with server:
+            port = server.sockets[0].getsockname()[1]
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            stream = _ResponseStream.take_over(reader, writer, ClientConnection("test"))
+            with pytest.raises(ConnectionError):
+                await asyncio.wait_for(stream.request(ApiKey.FETCH, 12, _FETCH), 20)
+            with pytest.raises(ConnectionError):  # and stays lost
+                await stream.request(ApiKey.FETCH, 12, _FETCH)
+
+    asyncio.run(run())
