@@ -3,6 +3,7 @@
 - a Log flush (the one a roll schedules, or the periodic one) fsyncs outside the log's lock, so appends and
   reads go on meanwhile; a truncation during the flush keeps the recovery point where it put it;
 - small fetched records are answered as bytes (one send with the header), large ones as a sendfile region;
+- a follower appends a large fetch answer in runs of whole batches of at most replica.fetch.max.bytes;
 - the replica fetcher's connection reads response frames straight into their buffer, however the bytes are
   split on the wire, and reports a connection lost in the middle of a frame.
 """
@@ -17,10 +18,11 @@ import pytest
 
 from kafkalite.broker.replica_fetcher import _ResponseStream
 from kafkalite.broker.replica_manager import SMALL_RECORDS_COPIED, ReplicaManager
+from kafkalite.errors import CorruptRecordError
 from kafkalite.protocol import ApiKey, FileRegion
 from kafkalite.protocol.codec import RequestHeader, encode_response
 from kafkalite.protocol.connection import ClientConnection, ServerConnection
-from kafkalite.records import SimpleRecord, build_batch
+from kafkalite.records import SimpleRecord, build_batch, iter_batches
 from kafkalite.storage.log import FetchIsolation
 from tests.support.logs import Env
 
@@ -172,3 +174,59 @@ def test_the_fetcher_stream_reports_a_connection_lost_in_the_middle_of_a_frame()
                 await stream.request(ApiKey.FETCH, 12, _FETCH)
 
     asyncio.run(run())
+
+
+def _leader_bytes(tmp_path, batches: int = 12, size: int = 3000) -> bytes:
+    """What a leader's fetch answer holds: whole batches with the leader's offsets and epoch."""
+    leader = Env().open(tmp_path / "leader" / "t-0")
+    for i in range(batches):
+        leader.append_as_leader(_batch(1 + i % 3, size), leader_epoch=3)
+    data = leader.read(0, 1 << 24, FetchIsolation.LOG_END).records.tobytes()
+    leader.close()
+    return data
+
+
+def _follower(tmp_path):
+    from kafkalite.broker.partition import Partition
+
+    lg = Env().open(tmp_path / "follower" / "t-0")
+    return lg, Partition("t", 0, lg, local_broker_id=2)
+
+
+def test_a_large_fetch_is_appended_in_runs_of_whole_batches(tmp_path):
+    data = _leader_bytes(tmp_path)
+    lg, part = _follower(tmp_path)
+    info = part.append_records_as_follower(memoryview(data), chunk_bytes=20_000)
+    assert lg.read(0, 1 << 24, FetchIsolation.LOG_END).records.tobytes() == data  # byte for byte
+    assert (info.first_offset, info.last_offset, info.last_leader_epoch) == (0, lg.log_end_offset - 1, 3)
+    # one offset-index entry per run after the first (Kafka's rule: one per append past index.interval.bytes)
+    runs, filled = 1, 0
+    for b in iter_batches(data):
+        if filled + len(b.buffer) > 20_000:
+            runs, filled = runs + 1, 0
+        filled += len(b.buffer)
+    assert runs > 3 and lg.active_segment.offset_index.entries == runs - 1
+    lg.close()
+
+
+def test_a_partial_last_batch_is_left_for_the_next_fetch(tmp_path):
+    data = _leader_bytes(tmp_path)
+    last = max(b.base_offset for b in iter_batches(data))
+    lg, part = _follower(tmp_path)
+    part.append_records_as_follower(memoryview(data)[:-100], chunk_bytes=20_000)
+    assert lg.log_end_offset == last
+
+
+def test_a_corrupt_batch_length_in_a_large_fetch_is_refused_after_the_runs_before_it(tmp_path):
+    data = bytearray(_leader_bytes(tmp_path))
+    positions = []
+    pos = 0
+    while pos < len(data):
+        positions.append(pos)
+        pos += int.from_bytes(data[pos + 8:pos + 12], "big") + 12
+    data[positions[8] + 8:positions[8] + 12] = (5).to_bytes(4, "big")
+    lg, part = _follower(tmp_path)
+    with pytest.raises(CorruptRecordError):
+        part.append_records_as_follower(memoryview(data), chunk_bytes=20_000)
+    assert 0 < lg.log_end_offset <= int.from_bytes(data[positions[8]:positions[8] + 8], "big")
+    lg.close()
