@@ -230,3 +230,47 @@ def test_a_corrupt_batch_length_in_a_large_fetch_is_refused_after_the_runs_befor
         part.append_records_as_follower(memoryview(data), chunk_bytes=20_000)
     assert 0 < lg.log_end_offset <= int.from_bytes(data[positions[8]:positions[8] + 8], "big")
     lg.close()
+
+
+def test_a_hw_move_completes_acks_all_and_wakes_consumers_but_not_the_other_followers_parked_fetch(tmp_path):
+    from kafkalite.broker.config import BrokerConfig
+    from kafkalite.broker.metadata import MetadataStore
+    from kafkalite.manager.log_manager import LogManager
+
+    cfg = BrokerConfig.load(None, {"log.dirs": str(tmp_path / "data"), "node.id": 1})
+    lm = LogManager(cfg.log_dirs, cfg.log_config(), cfg.manager_config())
+    rm = ReplicaManager(cfg, lm, MetadataStore(lm.dirs[0].path))
+    part = rm.lead_locally(lm.get_or_create_log("t", 0))
+    part.make_leader(1, isr=[1, 2, 3], replicas=[1, 2, 3])
+
+    def follower_fetch(replica: int, offset: int):
+        return rm.fetch([("t", 0, offset, 1 << 20, 1, -1)], max_wait_ms=3000, min_bytes=1, max_bytes=1 << 20,
+                        isolation=FetchIsolation.LOG_END, replica_id=replica, log_start_offsets=[0])
+
+    async def run() -> None:
+        entry = rm.append("t", 0, _batch(3), acks_all=True)
+        assert entry["_required_offset"] == 3
+        produce = asyncio.create_task(rm.complete_produce("t", entry, 5000))
+        consumer = asyncio.create_task(rm.fetch([("t", 0, 0, 1 << 20, -1, -1)], max_wait_ms=3000, min_bytes=1,
+                                                max_bytes=1 << 20, isolation=FetchIsolation.HIGH_WATERMARK))
+        parked = asyncio.create_task(follower_fetch(2, 3))  # follower 2 has the batch: parks, HW still 0
+        await asyncio.sleep(0.05)
+        seen = part.remote[2].last_fetch_time_ms
+        assert part.high_watermark == 0 and not parked.done() and not consumer.done()
+        await asyncio.sleep(0.02)
+        other = asyncio.create_task(follower_fetch(3, 3))  # follower 3 too: the HW moves to 3
+        await asyncio.wait_for(produce, 2)
+        assert entry["error_code"] == 0 and part.high_watermark == 3
+        got = await asyncio.wait_for(consumer, 2)
+        assert got[0].size > 0  # the consumer's fetch was woken by the HW move
+        await asyncio.sleep(0.02)
+        assert not parked.done() and part.remote[2].last_fetch_time_ms == seen, \
+            "follower 2's parked fetch was woken by follower 3's HW move for an empty read"
+        rm.append("t", 0, _batch(1))  # new data wakes both followers' fetches
+        for task in (parked, other):
+            assert (await asyncio.wait_for(task, 2))[0].size > 0
+
+    try:
+        asyncio.run(run())
+    finally:
+        lm.shutdown()
