@@ -599,3 +599,15 @@ def test_kafkalite_cluster_refuses_per_broker_settings_in_override(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--override listeners would be the same for every broker" in r.stdout, r.stdout
     assert not (tmp_path / "kl").exists()
+    from kafkalite.cli.cluster import broker_command, refused_overrides
+
+    assert refused_overrides(["log.dirs=/d{id}", "advertised.listeners=SSL://h{id}:9093", "num.partitions=3"]) == []
+    assert refused_overrides(["log.dirs=/d", "broker.id=1", "listeners=SSL://h:1"]) == ["broker.id", "listeners",
+                                                                                        "log.dirs"]
+    assert refused_overrides(["log.dirs=/d"], brokers=1) == []
+    cmd = broker_command(2, 9093, "zk:2181/kl", tmp_path, ["ssl.keystore.location=b{id}.p12"], "SASL_SSL")
+    settings = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--override"]
+    assert settings[2:] == ["listeners=SASL_SSL://127.0.0.1:9093", f"log.dirs={tmp_path / 'broker-2'}",
+                            "inter.broker.listener.name=SASL_SSL", "ssl.keystore.location=b2.p12"]
+    cmd = broker_command(2, 9093, "zk:2181/kl", tmp_path, ["security.inter.broker.protocol=SASL_SSL"], "SASL_SSL")
+    assert "inter.broker.listener.name=SASL_SSL" not in cmd
