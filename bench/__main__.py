@@ -8,12 +8,26 @@ from __future__ import annotations
 
 import sys
 
-from bench import broker, cleaner, cluster, log, manager, protocol, replication, scale, spark, storage
+from bench import (
+    broker,
+    cleaner,
+    cluster,
+    cores,
+    latency,
+    log,
+    manager,
+    protocol,
+    replication,
+    sasl,
+    scale,
+    spark,
+    storage,
+)
 
 
 def main(argv: list[str]) -> int:
     suites = {**storage.ALL, **log.ALL, **broker.ALL, **protocol.ALL, **cleaner.ALL, **manager.ALL, **spark.ALL,
-              **cluster.ALL, **replication.ALL, **scale.ALL}
+              **cluster.ALL, **replication.ALL, **sasl.ALL, **latency.ALL, **cores.ALL, **scale.ALL}
     chosen = argv or list(suites)
     unknown = [c for c in chosen if c not in suites]
     if unknown:

@@ -2,7 +2,11 @@
 
 - produce: 1 KiB records, acks=1, one partition, vs W16K (raw 16 KiB os.write) in the same run;
 - consume: a backlog read by assign() from the beginning, vs loopback sendfile bandwidth;
-- latency: produce p99 at low load (one record in flight), vs the blocking loopback round trip.
+- latency (`broker-latency`: BENCH_LATENCY_RUNS runs, default 3, each reported): produce p50/p99/p99.9 at low
+  load (one record in flight, the client blocks on its answer), with confluent-kafka and with a blocking raw
+  client, vs the blocking loopback round trip sampled interleaved with them;
+- tls: produce and consume over an SSL listener vs a PLAINTEXT listener of the same broker, same client, same
+  run (fetch over TLS cannot use sendfile: record bytes are read once into a buffer and encrypted).
 
 On a 2-core machine the client shares the cores with the broker, and librdkafka's per-message work
 (plus the Python loop around it) costs more CPU than the broker's per-batch work. So each throughput
@@ -18,26 +22,37 @@ import socket
 import statistics
 import threading
 import time
+from typing import Any
 
 from tqdm import tqdm
 
-from bench.common import DATA_BYTES, KiB, MiB, fmt_rate, median_rates, prefault, raw_write_16k, scratch_dir
+from bench.common import (
+    DATA_BYTES,
+    REPEATS,
+    KiB,
+    MiB,
+    fmt_rate,
+    median_rates,
+    prefault,
+    raw_write_16k,
+    scratch_dir,
+)
 from kafkalite.protocol import ApiKey, decode_response, encode_request
 from kafkalite.records import SimpleRecord, build_batch, iter_batches
-from tests.support.brokers import BrokerProcess
+from tests.support.brokers import BrokerProcess, free_port
 
 RECORD = 1 * KiB
 
 
-def _producer(bootstrap: str, **extra: object):
+def _producer(bootstrap: str, acks: str = "1", **extra: object):
     from confluent_kafka import Producer
 
-    return Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": 1 << 20,
+    return Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "batch.size": 1 << 20,
                      "compression.type": "none", "queue.buffering.max.kbytes": 1 << 20, **extra})
 
 
-def _produce_all(bootstrap: str, topic: str, total: int) -> tuple[int, float]:
-    p = _producer(bootstrap)
+def _produce_all(bootstrap: str, topic: str, total: int, **extra: object) -> tuple[int, float]:
+    p = _producer(bootstrap, **extra)
     value = os.urandom(RECORD)
     n = total // RECORD
     t0 = time.perf_counter()
@@ -52,10 +67,10 @@ def _produce_all(bootstrap: str, topic: str, total: int) -> tuple[int, float]:
     return n * RECORD, time.perf_counter() - t0
 
 
-def _consume_all(bootstrap: str, topic: str, total: int) -> tuple[int, float]:
+def _consume_all(bootstrap: str, topic: str, total: int, **extra: object) -> tuple[int, float]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+    c = Consumer({**extra, "bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
                   "fetch.max.bytes": 50 * MiB, "max.partition.fetch.bytes": 8 * MiB,
                   "queued.max.messages.kbytes": 256 * 1024,
                   # librdkafka pauses a partition's fetching for fetch.queue.backoff.ms (1 s by default) when
@@ -108,8 +123,8 @@ class _RawConnection:
         self.sock.close()
 
 
-def _raw_produce(port: int, topic: str, total: int, request_bytes: int = MiB, in_flight: int = 4
-                 ) -> tuple[int, float]:
+def _raw_produce(port: int, topic: str, total: int, request_bytes: int = MiB, in_flight: int = 4,
+                 partition: int = 0) -> tuple[int, float]:
     """Pipelined Produce requests, each one batch of ~1 MiB of 1 KiB records (what librdkafka sends with
     batch.size=1 MiB), acks=1, `in_flight` outstanding like librdkafka's max.in.flight."""
     now = int(time.time() * 1000)
@@ -117,7 +132,7 @@ def _raw_produce(port: int, topic: str, total: int, request_bytes: int = MiB, in
     batch = bytes(build_batch([SimpleRecord(None, value, now)] * (request_bytes // (RECORD + 10))))
     version = 8
     body = {"transactional_id": None, "acks": 1, "timeout_ms": 30_000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": batch}]}]}
     frame = encode_request(ApiKey.PRODUCE, version, 1, "bench", body)
     n = max(1, total // len(batch))
     conn = _RawConnection(port)
@@ -137,7 +152,8 @@ def _raw_produce(port: int, topic: str, total: int, request_bytes: int = MiB, in
         conn.close()
 
 
-def _raw_fetch(port: int, topic: str, total: int, partition_max: int = 8 * MiB) -> tuple[int, float]:
+def _raw_fetch(port: int, topic: str, total: int, partition_max: int = 8 * MiB, partition: int = 0
+               ) -> tuple[int, float]:
     """Fetch requests one after another from offset 0, as a consumer does, without opening the records
     (only the last batch header, to know the next offset)."""
     version = 11
@@ -149,7 +165,8 @@ def _raw_fetch(port: int, topic: str, total: int, partition_max: int = 8 * MiB) 
             body = {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 50 * MiB,
                     "isolation_level": 0, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [],
                     "rack_id": "", "topics": [{"topic": topic, "partitions": [{
-                        "partition": 0, "current_leader_epoch": -1, "fetch_offset": offset, "last_fetched_epoch": -1,
+                        "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                        "last_fetched_epoch": -1,
                         "log_start_offset": -1, "partition_max_bytes": partition_max}]}]}
             conn.sock.sendall(encode_request(ApiKey.FETCH, version, 1, "bench", body))
             part = conn.receive(ApiKey.FETCH, version)["responses"][0]["partitions"][0]
@@ -292,38 +309,200 @@ def bench_broker(results: dict) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _latency(broker: BrokerProcess, results: dict, samples: int = 2000, warm_up: int = 500) -> None:
-    """Produce latency at low load: one 1 KiB record in flight, from produce() to its delivery report.
-    The first `warm_up` records are not counted (topic creation, first connections, code paths and
-    memory touched for the first time); p99 over `samples` after that."""
-    prefault()
-    rtt = _rtt_samples()
-    p = _producer(broker.bootstrap, **{"linger.ms": 0, "socket.nagle.disable": True})
-    lat = []
-    value = os.urandom(RECORD)
-    for _ in tqdm(range(warm_up + samples), desc="broker produce latency", leave=False):
-        done = threading.Event()
+LATENCY_RUNS = int(os.environ.get("BENCH_LATENCY_RUNS", "3"))
+
+
+class _Echo:
+    """The loopback round trip: a 1 KiB message to an echo thread and back, blocking, Nagle off."""
+
+    def __init__(self) -> None:
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(1)
+        threading.Thread(target=self._echo, daemon=True).start()
+        self.cli = socket.create_connection(self.srv.getsockname())
+        self.cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.msg = os.urandom(RECORD)
+
+    def _echo(self) -> None:
+        conn, _ = self.srv.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(data)
+
+    def one(self) -> float:
         t0 = time.perf_counter()
-        p.produce("bench-latency", value, on_delivery=lambda err, msg, done=done: done.set())
-        while not done.is_set():
-            p.poll(0.0005)
-        lat.append(time.perf_counter() - t0)
-    lat = lat[warm_up:]
-    p99, rtt_med = _p(lat, 99), statistics.median(rtt)
-    results["broker produce latency p99, low load"] = (
-        f"{p99 * 1e6:,.0f} µs (median {statistics.median(lat) * 1e6:,.0f} µs)",
-        f"{p99 / rtt_med:.1f}x the loopback round trip ({rtt_med * 1e6:,.0f} µs median, "
-        f"{_p(rtt, 99) * 1e6:,.0f} µs p99)", "<= 5x")
+        self.cli.sendall(self.msg)
+        got = 0
+        while got < len(self.msg):
+            got += len(self.cli.recv(65536))
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.cli.close()
+        self.srv.close()
+
+
+class _LibrdkafkaOne:
+    """One 1 KiB record in flight with confluent-kafka, from produce() to its delivery report. The client
+    blocks: `flush()` sleeps in librdkafka until the report is served (no `poll(0)` spin, which on two cores
+    takes a core from the broker and measures the scheduler); linger.ms=0 and Nagle off, so the record
+    leaves at once."""
+
+    def __init__(self, bootstrap: str, topic: str, acks: str = "1") -> None:
+        self.p = _producer(bootstrap, acks=acks, **{"linger.ms": 0, "socket.nagle.disable": True})
+        self.topic = topic
+        self.value = os.urandom(RECORD)
+        self.failed: list[object] = []
+
+    def _report(self, err, _msg) -> None:
+        if err is not None:
+            self.failed.append(err)
+
+    def one(self) -> float:
+        t0 = time.perf_counter()
+        self.p.produce(self.topic, self.value, on_delivery=self._report)
+        if self.p.flush(30):
+            raise RuntimeError(f"a record to {self.topic} was not delivered within 30 s")
+        took = time.perf_counter() - t0
+        if self.failed:
+            raise RuntimeError(f"produce to {self.topic} failed: {self.failed[0]}")
+        return took
+
+    def close(self) -> None:
+        self.p.flush(10)
+
+
+class _RawOne:
+    """The broker's own share: one prebuilt Produce request (one 1 KiB record, acks=1) sent and its response
+    read, blocking, on one socket with Nagle off. No client threads or queues in the way, so against the
+    loopback round trip (the same send and blocking recv, an echo instead of the broker) the ratio is what the
+    broker adds."""
+
+    VERSION = 8
+
+    def __init__(self, port: int, topic: str) -> None:
+        batch = bytes(build_batch([SimpleRecord(None, os.urandom(RECORD), int(time.time() * 1000))]))
+        body = {"transactional_id": None, "acks": 1, "timeout_ms": 30_000,
+                "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}
+        self.frame = encode_request(ApiKey.PRODUCE, self.VERSION, 1, "bench", body)
+        self.conn = _RawConnection(port)
+
+    def one(self) -> float:
+        t0 = time.perf_counter()
+        self.conn.sock.sendall(self.frame)
+        part = self.conn.receive(ApiKey.PRODUCE, self.VERSION)["responses"][0]["partition_responses"][0]
+        took = time.perf_counter() - t0
+        if part["error_code"]:
+            raise RuntimeError(f"produce failed with error {part['error_code']}")
+        return took
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _interleaved(clients: dict[str, Any], samples: int, warm_up: int, block: int = 250) -> dict[str, list[float]]:
+    """Samples of each client, taken in alternating blocks so that each (the loopback reference too) sees the
+    same background load of the machine; the first `warm_up` of each are not kept (first connections, code
+    paths and memory touched for the first time)."""
+    out: dict[str, list[float]] = {k: [] for k in clients}
+    for c in clients.values():
+        for _ in range(warm_up):
+            c.one()
+    with tqdm(total=samples * len(clients), desc="produce latency", leave=False) as bar:
+        while len(out[next(iter(clients))]) < samples:
+            for name, c in clients.items():
+                out[name] += [c.one() for _ in range(min(block, samples - len(out[name])))]
+                bar.update(block)
+    return out
+
+
+def _quantiles(lat: list[float]) -> tuple[float, float, float]:
+    """p50, p99, p99.9."""
+    return statistics.median(lat), _p(lat, 99), statistics.quantiles(lat, n=1000)[998]
+
+
+def _latency(broker: BrokerProcess, results: dict, samples: int = 5000, warm_up: int = 500, run: int = 0) -> None:
+    """Produce latency at low load vs the blocking loopback round trip measured in the same run, interleaved:
+    with confluent-kafka (what an application sees) and with the blocking raw client (what the broker adds)."""
+    prefault()
+    topic = "bench-latency"
+    clients: dict[str, Any] = {"confluent-kafka": _LibrdkafkaOne(broker.bootstrap, topic)}
+    clients["confluent-kafka"].one()  # creates the topic
+    clients["blocking raw client"] = _RawOne(broker.port, topic)
+    clients["loopback"] = _Echo()
+    try:
+        lat = _interleaved(clients, samples, warm_up)
+    finally:
+        for c in clients.values():
+            c.close()
+    rtt = lat.pop("loopback")
+    rtt_med = statistics.median(rtt)
+    suffix = f" (run {run})" if run else ""
+    for name, xs in lat.items():
+        p50, p99, p999 = _quantiles(xs)
+        results[f"broker produce latency p99, low load ({name}){suffix}"] = (
+            f"{p99 * 1e6:,.0f} µs (p50 {p50 * 1e6:,.0f}, p99.9 {p999 * 1e6:,.0f} µs)",
+            f"{p99 / rtt_med:.1f}x the loopback round trip ({rtt_med * 1e6:,.0f} µs median, "
+            f"{_p(rtt, 99) * 1e6:,.0f} µs p99); p50 {p50 / rtt_med:.1f}x", "<= 5x")
 
 
 def bench_broker_latency(results: dict) -> None:
+    """BENCH_LATENCY_RUNS (default 3) runs, each against a fresh broker, each reported: the target holds in
+    every run, not in the median."""
+    for run in range(1, LATENCY_RUNS + 1):
+        d = scratch_dir()
+        broker = BrokerProcess(d / "data").start()
+        try:
+            _latency(broker, results, run=run)
+        finally:
+            broker.stop()
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def bench_tls(results: dict) -> None:
+    """Produce and consume over TLS (server-authenticated, the default TLS 1.3 suite) and plaintext: one broker
+    with both listeners, confluent-kafka on both, interleaved repetitions; the ratio is TLS / plaintext."""
+    from tests.support.certs import PASSWORD, make_pki
+
     d = scratch_dir()
-    broker = BrokerProcess(d / "data").start()
+    pki = make_pki(d / "pki")
+    plain, tls_port = free_port(), free_port()
+    broker = BrokerProcess(d / "data", {
+        "log.segment.bytes": 256 * MiB, "listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls_port}",
+        "ssl.keystore.type": "PKCS12", "ssl.keystore.location": pki.broker.p12, "ssl.keystore.password": PASSWORD,
+    }, port=plain).start()
+    tls = {"security.protocol": "SSL", "ssl.ca.location": str(pki.ca_pem)}
+    endpoints = {"plaintext": (f"127.0.0.1:{plain}", {}), "TLS": (f"127.0.0.1:{tls_port}", tls)}
+    topics: dict[str, list[str]] = {"plaintext": [], "TLS": []}
     try:
-        _latency(broker, results)
+        def produce(kind: str):
+            def run() -> tuple[int, float]:
+                topics[kind].append(f"bench-{kind}-{len(topics[kind])}")
+                bootstrap, extra = endpoints[kind]
+                return _produce_all(bootstrap, topics[kind][-1], DATA_BYTES, **extra)
+            return run
+
+        def consume(kind: str):
+            def run() -> tuple[int, float]:
+                bootstrap, extra = endpoints[kind]
+                return _consume_all(bootstrap, topics[kind][0], DATA_BYTES, **extra)
+            return run
+
+        with tqdm(total=4 * REPEATS, desc="broker over TLS vs plaintext", leave=False) as bar:
+            rates = median_rates({"produce plaintext": produce("plaintext"), "produce TLS": produce("TLS")},
+                                 progress=bar)
+            rates.update(median_rates({"consume plaintext": consume("plaintext"), "consume TLS": consume("TLS")},
+                                      progress=bar))
+        for what in ("produce", "consume"):
+            ratio = rates[f"{what} TLS"] / rates[f"{what} plaintext"]
+            results[f"broker {what} over TLS, 1 KiB records (confluent-kafka)"] = (
+                fmt_rate(rates[f"{what} TLS"]), f"{ratio:.2f}x plaintext ({fmt_rate(rates[f'{what} plaintext'])})",
+                ">= 0.5x")
     finally:
         broker.stop()
         shutil.rmtree(d, ignore_errors=True)
 
 
-ALL = {"broker": bench_broker, "broker-latency": bench_broker_latency}
+ALL = {"broker": bench_broker, "broker-latency": bench_broker_latency, "tls": bench_tls}

@@ -195,6 +195,7 @@ def _catch_up(cluster: Cluster, results: dict, d) -> None:
     _raw_produce(cluster.brokers[1].port, "cu", CATCHUP_BYTES)  # acks=1 straight to the leader
     target = _log_size(cluster, 1, "cu")
     cluster.agreed_view(lambda v: len(v[1]) == 2, timeout_s=SESSION_TIMEOUT_MS / 1000 + 30)  # its session ended
+    prefault(CATCHUP_BYTES + 256 * MiB)  # the follower's page cache grows by N: host-backed memory, as everywhere
     follower.start()
     t0 = time.monotonic()
     timeout = max(60.0, 10 * limit)

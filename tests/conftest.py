@@ -17,6 +17,7 @@ MODULE_MARKERS: dict[str, frozenset[str]] = {
     "clients": frozenset({
         "test_broker_clients", "test_broker_groups", "test_protocol_aiokafka", "test_protocol_kafka_python",
         "test_protocol_gaps", "test_kafkajs", "test_cli_console", "test_cli_admin",
+        "test_security_tls", "test_security_sasl", "test_security_acl", "test_security_combined",
     }),
     "slow": frozenset({
         "test_cleaner_crash", "test_log_recovery", "test_cli_broker", "test_config_startup", "test_topic_scale",

@@ -92,19 +92,27 @@ def test_bad_listeners(listeners):
          **{"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,OTHER:PLAINTEXT"})
 
 
-@pytest.mark.parametrize("props", [
-    {"listeners": "SSL://127.0.0.1:9093"},
-    {"advertised.listeners": "SASL_SSL://example.com:9093"},
-    {"listeners": "PLAINTEXT://127.0.0.1:9092", "listener.security.protocol.map": "PLAINTEXT:SSL"},
-    {"listener.name.internal.ssl.keystore.location": "/k.jks"},
-    {"ssl.client.auth": "required"},
-    {"sasl.mechanism.inter.broker.protocol": "PLAIN"},
-    {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"},
-    {"security.inter.broker.protocol": "SASL_PLAINTEXT"},
-])
-def test_security_settings_are_refused(props):
-    with pytest.raises(InvalidConfigError, match="TLS, SASL and ACLs are not implemented"):
-        load(**props)
+def test_tls_settings_are_accepted():
+    """TLS is implemented (tests/test_security_tls.py): its keys are checked by type, not refused."""
+    cfg = load(**{"listeners": "SSL://127.0.0.1:9093", "ssl.client.auth": "required",
+                  "listener.name.ssl.ssl.keystore.location": "/k.p12", "ssl.enabled.protocols": "TLSv1.3"})
+    assert cfg.listener_prop("SSL", "ssl.keystore.location") == "/k.p12"
+    assert cfg.listener_prop("SSL", "ssl.client.auth") == "required"
+    assert cfg.get("ssl.keystore.location") == ""
+
+
+@pytest.mark.parametrize("name", ["kafkalite.security.acl.AclAuthorizer", "kafka.security.authorizer.AclAuthorizer",
+                                  "org.apache.kafka.metadata.authorizer.StandardAuthorizer", ""])
+def test_kafkas_authorizer_class_names_select_the_acl_authorizer(name):
+    cfg = load(**{"authorizer.class.name": name, "super.users": "User:admin;User:broker",
+                  "allow.everyone.if.no.acl.found": "true"})
+    assert cfg.get("authorizer.class.name") == name and cfg.get("allow.everyone.if.no.acl.found") is True
+
+
+def test_another_authorizer_class_is_refused_by_name():
+    refused = r"com\.example\.MyAuthorizer.*kafka\.security\.authorizer\.AclAuthorizer"
+    with pytest.raises(InvalidConfigError, match=refused):
+        load(**{"authorizer.class.name": "com.example.MyAuthorizer"})
 
 
 def test_a_protocol_map_with_ssl_entries_is_fine_while_listeners_are_plaintext():

@@ -11,7 +11,6 @@ import pytest
 
 from tests.support.brokers import BrokerProcess, free_port
 
-NOT_IMPLEMENTED = "TLS, SASL and ACLs are not implemented"
 # The settings of Kafka 3.9's config/kraft/server.properties (its comments left out).
 KAFKA_KRAFT_PROPERTIES = """\
 process.roles=broker,controller
@@ -81,24 +80,6 @@ def test_misspelt_keys_are_warned_about_with_the_nearest_name(tmp_path):
     assert "WARNING" in out and "'listners'" in out and "did you mean listeners?" in out, out
     assert "'log.retention.hourz'" in out and "did you mean log.retention.hours?" in out, out
     assert "num.network.threads is accepted but has no effect" in out, out
-
-
-@pytest.mark.parametrize("props", [
-    {"listeners": "SSL://127.0.0.1:{port}"},
-    {"listeners": "SASL_PLAINTEXT://127.0.0.1:{port}"},
-    {"listeners": "INTERNAL://127.0.0.1:{port}", "listener.security.protocol.map": "INTERNAL:SASL_SSL"},
-    {"ssl.keystore.location": "/etc/kafka/keystore.jks"},
-    {"sasl.enabled.mechanisms": "PLAIN"},
-    {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"},
-    {"security.inter.broker.protocol": "SSL"},
-], ids=["ssl-listener", "sasl-listener", "mapped-listener", "ssl-key", "sasl-key", "authorizer", "inter-broker"])
-def test_security_settings_are_refused(tmp_path, props):
-    port = free_port()
-    given = {"listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": tmp_path / "d",
-             **{k: v.format(port=port) for k, v in props.items()}}
-    r = serve(*[a for k, v in given.items() for a in ("--override", f"{k}={v}")], timeout_s=20)
-    assert_refused(r, NOT_IMPLEMENTED)
-    assert not (tmp_path / "d").exists()
 
 
 @pytest.mark.parametrize("key,value,rule", [

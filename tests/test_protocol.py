@@ -63,6 +63,10 @@ def test_supported_versions_cover_the_brief() -> None:
         # inter-broker (cluster mode): controller requests and controlled shutdown
         ApiKey.LEADER_AND_ISR: (0, 7), ApiKey.STOP_REPLICA: (0, 4), ApiKey.UPDATE_METADATA: (0, 8),
         ApiKey.CONTROLLED_SHUTDOWN: (1, 3),
+        # ACLs (issue 16)
+        ApiKey.DESCRIBE_ACLS: (0, 3), ApiKey.CREATE_ACLS: (0, 3), ApiKey.DELETE_ACLS: (0, 3),
+        ApiKey.SASL_HANDSHAKE: (0, 1), ApiKey.SASL_AUTHENTICATE: (0, 2),
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0), ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     }
     assert expected == SUPPORTED_VERSIONS
 
@@ -331,7 +335,7 @@ def test_uuid_inputs() -> None:
 
 
 def test_messages_are_declared_once_per_key() -> None:
-    assert len(MESSAGES) == 32
+    assert len(MESSAGES) == 39  # 32 + the ACL APIs (29-31) + SASL (17, 36) + SCRAM users (50, 51)
     assert all(msg.api_key == key for key, msg in MESSAGES.items())
 
 

@@ -77,7 +77,9 @@ def test_settings_words_and_defaults():
     assert BrokerSettings.parse("h:1", {"fetch.max.bytes": "1000"}).fetch_bytes == 1000
     with pytest.raises(OptionError, match=r"kafka\.acks"):
         BrokerSettings.parse("h:1", {"acks": "2"})
-    with pytest.raises(OptionError, match="PLAINTEXT only"):
+    with pytest.raises(OptionError, match="SASL_TLS is not supported"):
+        BrokerSettings.parse("h:1", {"security.protocol": "SASL_TLS"})
+    with pytest.raises(OptionError, match=r"sasl\.mechanism=GSSAPI is not supported"):  # Kafka's default mechanism
         BrokerSettings.parse("h:1", {"security.protocol": "SASL_SSL"})
     assert BrokerSettings.parse("h:1", {"security.protocol": "plaintext", "linger.ms": "5"}) == default
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import select
 import socket
+import ssl
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -228,9 +229,24 @@ class BrokerConnection:
             poller.register(self._sock, select.POLLIN)
             if not poller.poll(0):
                 return False
+            if isinstance(self._sock, ssl.SSLSocket):
+                return self._tls_peer_closed(self._sock)
             return self._sock.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True
+
+    def _tls_peer_closed(self, sock: ssl.SSLSocket) -> bool:
+        """The readable bytes of an idle TLS connection may be TLS records without data (TLS 1.3 session
+        tickets), and a TLS socket cannot peek: read without blocking; data while idle is not expected, so
+        it counts as unusable too."""
+        timeout = sock.gettimeout()
+        sock.setblocking(False)
+        try:
+            return len(sock.recv(1)) >= 0
+        except ssl.SSLWantReadError:
+            return False
+        finally:
+            sock.settimeout(timeout)
 
     def receive(self) -> dict[str, Any]:
         """The answer to the oldest request sent and not yet received."""
@@ -368,8 +384,9 @@ class KafkaClient:
 
     def __init__(self, bootstrap: str, client_id: str = "kafkalite-cli", timeout_s: float = 30.0,
                  connect_timeout_s: float | None = None, retry_timeout_s: float | None = None,
-                 retry_backoff_s: float = 0.1) -> None:
+                 retry_backoff_s: float = 0.1, security: ClientSecurity = PLAINTEXT_CLIENT) -> None:
         self.client_id = client_id
+        self.security = security  # how every connection of this client is secured (TLS, SASL)
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.retry_timeout_s = timeout_s if retry_timeout_s is None else retry_timeout_s
@@ -383,7 +400,8 @@ class KafkaClient:
     # --- connections ------------------------------------------------------------------------------
 
     def _open(self, host: str, port: int, node_id: int = -1) -> BrokerConnection:
-        return BrokerConnection(host, port, self.client_id, self.timeout_s, self.connect_timeout_s, node_id)
+        return BrokerConnection(host, port, self.client_id, self.timeout_s, self.connect_timeout_s, node_id,
+                                security=self.security)
 
     def _connect_any(self) -> BrokerConnection:
         """The first address that accepts: the bootstrap list, then the brokers Metadata named."""

@@ -303,3 +303,11 @@ class OffsetNotAvailableError(KafkaliteError):
     backwards (OFFSET_NOT_AVAILABLE, retriable)."""
 
     error_code = ErrorCode.OFFSET_NOT_AVAILABLE
+
+
+class SaslAuthenticationError(KafkaliteError, ConnectionError):
+    """A SASL login the broker refused (wrong password, unknown user), or a client-side failure of the exchange
+    (the server's SCRAM signature did not verify). A ConnectionError too: code that retries a broker it cannot
+    reach (the controller's channels, followers' fetchers) retries this with the same backoff."""
+
+    error_code = ErrorCode.SASL_AUTHENTICATION_FAILED

@@ -4,7 +4,16 @@
 const { Kafka, logLevel, ConfigResourceTypes } = require('kafkajs')
 
 const [bootstrap, scenario, topic] = process.argv.slice(2)
-const kafka = new Kafka({ clientId: 'kafkalite-js', brokers: [bootstrap], logLevel: logLevel.NOTHING })
+// KAFKALITE_JS_SSL: {"ca": file, "cert": file, "key": file} (PEM) to connect over TLS (cert/key: mutual TLS)
+const sslFiles = process.env.KAFKALITE_JS_SSL ? JSON.parse(process.env.KAFKALITE_JS_SSL) : null
+const fs = require('fs')
+const ssl = sslFiles && {
+  ca: [fs.readFileSync(sslFiles.ca, 'utf-8')],
+  ...(sslFiles.cert ? { cert: fs.readFileSync(sslFiles.cert, 'utf-8'), key: fs.readFileSync(sslFiles.key, 'utf-8') } : {})
+}
+// KAFKALITE_JS_SASL: kafkajs's sasl option as JSON, e.g. {"mechanism":"scram-sha-256","username":..,"password":..}
+const sasl = process.env.KAFKALITE_JS_SASL ? JSON.parse(process.env.KAFKALITE_JS_SASL) : undefined
+const kafka = new Kafka({ clientId: 'kafkalite-js', brokers: [bootstrap], logLevel: logLevel.NOTHING, ...(ssl ? { ssl } : {}), sasl })
 const started = Date.now()
 const out = (result) => { process.stdout.write(JSON.stringify({ ms: Date.now() - started, ...result }) + '\n') }
 

@@ -18,6 +18,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def consecutive_free_ports(n: int) -> int:
+    """The first of `n` free consecutive ports below the ephemeral range (so outgoing connections do not take
+    them meanwhile), as `kafkalite cluster --port` wants."""
+    import random
+
+    def free(p: int) -> bool:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+                return True
+            except OSError:
+                return False
+    return next(p for p in iter(lambda: random.randrange(20000, 30000), None) if all(free(p + i) for i in range(n)))
+
+
 SLOW_STOP_S = 8.0  # a clean stop slower than this gets a SIGQUIT (kafkalite serve logs its asyncio tasks)
 
 class BrokerProcess:

@@ -21,6 +21,7 @@ from typing import Any
 
 from kafkalite.client import KafkaClient
 from kafkalite.protocol import ApiKey
+from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity
 from tests.support.brokers import BrokerProcess, free_port
 from tests.support.proxy import ProxyHub
 
@@ -30,7 +31,12 @@ CONTROLLED_SHUTDOWN_BACKOFF_MS = 200
 
 class Cluster:
     def __init__(self, root: Path, zk_connect: str, size: int = 3, *, proxied: bool = False,
-                 **overrides: object) -> None:
+                 per_broker: Callable[[int, int], dict[str, object]] | None = None,
+                 security: ClientSecurity = PLAINTEXT_CLIENT, **overrides: object) -> None:
+        """`per_broker(bid, port)`: props of one broker given its PLAINTEXT port (e.g. listeners of its own);
+        `security`: how the helpers' own requests (metadata, request, create_topic) reach that port, when
+        `per_broker` makes it a TLS or SASL listener."""
+        self.security = security
         self.zk_connect = zk_connect
         self.brokers: dict[int, BrokerProcess] = {}
         self.paused: set[int] = set()  # SIGSTOPped: alive, but not answering
@@ -59,6 +65,9 @@ class Cluster:
                     "zookeeper.connect": f"{self.zk_link[bid].address}/{chroot}",
                 })
             props.update(overrides)
+            if per_broker is not None:
+                port = port or free_port()
+                props.update(per_broker(bid, port))
             self.brokers[bid] = BrokerProcess(root / f"b{bid}", props, port=port)
 
     def start(self) -> Cluster:
@@ -105,11 +114,11 @@ class Cluster:
         return ",".join(b.bootstrap for b in self.brokers.values())
 
     def metadata(self, bid: int, topics: list[str] | None = None) -> dict[str, Any]:
-        with KafkaClient(self.brokers[bid].bootstrap, timeout_s=10) as c:
+        with KafkaClient(self.brokers[bid].bootstrap, timeout_s=10, security=self.security) as c:
             return c.metadata(topics)
 
     def request(self, bid: int, api: ApiKey, body: dict[str, Any], version: int | None = None) -> dict[str, Any]:
-        with KafkaClient(self.brokers[bid].bootstrap, timeout_s=30) as c:
+        with KafkaClient(self.brokers[bid].bootstrap, timeout_s=30, security=self.security) as c:
             return c.request(api, body, version)
 
     def view(self, bid: int) -> tuple[Any, ...]:

@@ -12,11 +12,12 @@ import logging
 import re
 import shutil
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
 from kafkalite.broker.topic_admin import TopicAdmin
+from kafkalite.config.registry import is_sensitive
 from kafkalite.coordinator.coordinator import GROUP_API_KEYS, GroupCoordinator
 from kafkalite.errors import (
     InvalidConfigError,
@@ -28,6 +29,9 @@ from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode, RequestHea
 from kafkalite.security.session import Session
 from kafkalite.storage.log import FetchIsolation
 from kafkalite.storage.log_config import CONFIGS_BY_NAME, LogConfig
+
+if TYPE_CHECKING:
+    from kafkalite.broker.authz import RequestAuthorizer
 
 log = logging.getLogger("kafkalite.broker.apis")
 
@@ -68,6 +72,8 @@ class KafkaApis:
         # Set once the broker's cluster part is installed and has its first metadata (Kafka enables request
         # processing at the end of its start-up likewise): a client connecting early waits, not misled.
         self.ready = asyncio.Event()
+        # Set when authorizer.class.name is (broker/acl_apis.py): every request then passes its gate first.
+        self.authz: RequestAuthorizer | None = None
         self._handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.PRODUCE: self.produce,
@@ -81,6 +87,8 @@ class KafkaApis:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
             ApiKey.DESCRIBE_LOG_DIRS: self.describe_log_dirs,
+            ApiKey.SASL_HANDSHAKE: self.sasl_outside_sasl_listener,
+            ApiKey.SASL_AUTHENTICATE: self.sasl_outside_sasl_listener,
         }
         if coordinator is not None:
             self._handlers[ApiKey.FIND_COORDINATOR] = self.find_coordinator
@@ -99,12 +107,17 @@ class KafkaApis:
     async def handle(self, header: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any] | None:
         if not self.ready.is_set() and header.api_key not in STARTUP_APIS:
             await self.ready.wait()
-        return await self._handlers[header.api_key](header, body, session)
+        handler = self._handlers[header.api_key]
+        if self.authz is not None:
+            return await self.authz.handle(header, body, session, handler)
+        return await handler(header, body, session)
 
     # --- cluster ----------------------------------------------------------------------------------
 
-    def _endpoint(self) -> tuple[str, int]:
-        li = self.config.advertised()[0]
+    def _endpoint(self, listener: str | None = None) -> tuple[str, int]:
+        """This broker's advertised address on `listener` (the first advertised listener when not given)."""
+        adv = self.config.advertised()
+        li = next((a for a in adv if a.name == listener), adv[0])
         return li.host, li.port
 
     def cluster_id(self) -> str:
@@ -120,6 +133,15 @@ class KafkaApis:
             if not (_SOFTWARE.match(name) and _SOFTWARE.match(version)):
                 return {"error_code": E.INVALID_REQUEST, "api_keys": keys, "throttle_time_ms": 0}
         return {"error_code": E.NONE, "api_keys": keys, "throttle_time_ms": 0}
+
+    async def sasl_outside_sasl_listener(self, h: RequestHeader, body: dict[str, Any], session: Session
+                                         ) -> dict[str, Any]:
+        """SASL requests reach a handler only on a listener without SASL (a SASL_* listener's authenticator
+        in broker/server.py answers them): Kafka answers ILLEGAL_SASL_STATE."""
+        if h.api_key == ApiKey.SASL_HANDSHAKE:
+            return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": []}
+        return {"error_code": E.ILLEGAL_SASL_STATE, "auth_bytes": b"", "session_lifetime_ms": 0,
+                "error_message": f"SASL is not enabled on listener {session.listener} ({session.protocol})"}
 
     def _rack(self) -> str | None:
         return self.config.get("broker.rack") or None
@@ -293,11 +315,12 @@ class KafkaApis:
                 if rname not in ("", str(self.node_id)):
                     res.update(error_code=E.INVALID_REQUEST, error_message=f"Unexpected broker id {rname}")
                 else:
-                    res["configs"] = [{"name": k, "value": v, "read_only": True,
+                    res["configs"] = [{"name": k, "value": None if hidden else v, "read_only": True,
                                        "config_source": SOURCE_DEFAULT if default else SOURCE_STATIC_BROKER,
-                                       "is_default": default, "is_sensitive": False, "synonyms": [],
+                                       "is_default": default, "is_sensitive": hidden, "synonyms": [],
                                        "config_type": 2, "documentation": None}
-                                      for k, (v, default) in sorted(self.config.describe().items())]
+                                      for k, (v, default) in sorted(self.config.describe().items())
+                                      for hidden in (is_sensitive(k),)]
             else:
                 res.update(error_code=E.INVALID_REQUEST, error_message=f"Unsupported resource type {rtype}")
             if keys is not None:
@@ -437,8 +460,8 @@ class KafkaApis:
 
     # --- groups -----------------------------------------------------------------------------------
 
-    async def find_coordinator(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
-        host, port = self._endpoint()
+    async def find_coordinator(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:
+        host, port = self._endpoint(session.listener)
 
         def one(key: str, key_type: int) -> dict[str, Any]:
             if key_type == 1:

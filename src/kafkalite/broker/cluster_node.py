@@ -27,14 +27,17 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
+from kafkalite.broker.acl_apis import AclApis
 from kafkalite.broker.apis import CloseConnection, KafkaApis
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import INTERNAL_TOPICS, validate_topic_name, write_partition_topic_id
 from kafkalite.broker.partition import Partition
 from kafkalite.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
+from kafkalite.broker.scram_admin import ScramAdmin
 from kafkalite.broker.topic_admin import MAX_PARTITIONS_PER_REQUEST
 from kafkalite.cluster import znodes as z
 from kafkalite.cluster.assignment import assign_replicas
@@ -60,6 +63,7 @@ from kafkalite.errors import (
 )
 from kafkalite.protocol import ApiKey, ErrorCode, PreEncoded, RequestHeader, encode_response_body
 from kafkalite.security.session import Session
+from kafkalite.security.transport import ClientSecurity
 
 log = logging.getLogger("kafkalite.broker.cluster")
 
@@ -99,17 +103,23 @@ class ClusterNode:
         self.node_id = config.node_id
         # ZooKeeper (zookeeper.connect set) or, for a single broker, cluster/local_store.py: the same code runs
         self.store = store
+        self.scram_admin = ScramAdmin(store)
+        self.scram = self.scram_admin.credentials  # SCRAM users, read by the SASL authenticator (server.py)
         self.single = not config.get("zookeeper.connect")
+        self.acls = AclApis(config, store, apis)  # authorizer.class.name: the ACL cache and the ACL APIs
         self.local_failures: dict[tuple[str, int], tuple[int, str]] = {}  # partitions LeaderAndIsr could not host
-        adv = config.advertised()[0]
-        self.listener = adv.name
+        # Other brokers are reached on the inter-broker listener; clients are told the endpoints of the
+        # listener their request arrived on (session.listener), as Kafka does.
+        self.listener = config.inter_broker_listener().name
+        self.security = ClientSecurity.for_inter_broker(config)
         self.registration = z.BrokerRegistration(
-            self.node_id, tuple(z.Endpoint(li.name, li.host, li.port) for li in config.advertised()),
+            self.node_id, tuple(z.Endpoint(li.name, li.host, li.port, config.security_protocol(li.name))
+                                for li in config.advertised()),
             config.get("broker.rack") or None)
         self.cache = MetadataCache(self.listener)
         self.controller = Controller(self.store, self.node_id,
                                      ControllerSettings(config.get("unclean.leader.election.enable"),
-                                                        config.inter_broker_listener().name,
+                                                        self.listener, security=self.security,
                                                         **_operations_settings(config)),
                                      topic_unclean=self._topic_unclean, initial_epoch=self._initial_epoch)
         self.broker_epoch = -1
@@ -123,7 +133,7 @@ class ClusterNode:
         self._seen_changes: set[str] = set()
         self._changes_primed = False
         self._config_tasks: set[asyncio.Task[None]] = set()
-        self.fetchers = ReplicaFetcherManager(FetcherSettings.from_config(config),
+        self.fetchers = ReplicaFetcherManager(replace(FetcherSettings.from_config(config), security=self.security),
                                               lambda t, p: replicas.partitions.get((t, p)),
                                               replicas.io_failed)
         self._stopping = asyncio.Event()
@@ -144,6 +154,7 @@ class ClusterNode:
         self.replicas.partitions.clear()
         self._install()  # first: client requests wait for the broker's start-up (KafkaApis.ready), not longer
         await self.store.start()
+        await self.acls.start()  # before any request is authorized (other controllers' requests come early)
         local = self.apis.cluster_id()
         cluster_id = await self.store.get_or_create_cluster_id(local)
         if cluster_id != local:
@@ -165,6 +176,7 @@ class ClusterNode:
             self.replicas.run_isr_expiration(self._stopping), name="isr-expiration")
         self.store.watch_children(z.CONFIG_CHANGES, self._on_config_changes)
         await self._sync_local_configs()
+        await self.scram_admin.load()
         if self.single:
             await self._wait_for_own_controller()
 
@@ -251,6 +263,8 @@ class ClusterNode:
             ApiKey.LEADER_AND_ISR: self.leader_and_isr, ApiKey.STOP_REPLICA: self.stop_replica,
             ApiKey.UPDATE_METADATA: self.update_metadata,
             ApiKey.CONTROLLED_SHUTDOWN: self.controlled_shutdown_request, ApiKey.ELECT_LEADERS: self.elect_leaders,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.scram_admin.describe,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.scram_admin.alter,
         })
         self._describe_configs, self._alter_configs = h[ApiKey.DESCRIBE_CONFIGS], h[ApiKey.ALTER_CONFIGS]
         self._incremental_alter_configs = h[ApiKey.INCREMENTAL_ALTER_CONFIGS]
@@ -263,6 +277,10 @@ class ClusterNode:
             self.apis.coordinator.partition_exists = lambda t, p: self.cache.partition(t, p) is not None
             for key in GROUP_API_KEYS:
                 h[key] = self.group_request
+        self.acls.install(h)
+        if self.acls.authz is not None:
+            self.acls.authz.topic_exists = lambda name: name in self.cache.topics
+            self.acls.authz.topic_name_of = self.cache.by_id
 
     # --- controller requests ----------------------------------------------------------------------
 
@@ -550,7 +568,8 @@ class ClusterNode:
             else:
                 try:
                     answer = await request_once(controller.host, controller.port, ApiKey.CONTROLLED_SHUTDOWN, 3,
-                                                {"broker_id": self.node_id, "broker_epoch": self.broker_epoch})
+                                                {"broker_id": self.node_id, "broker_epoch": self.broker_epoch},
+                                                security=self.security)
                     took_ms = (time.monotonic() - started) * 1000
                     remaining = [f"{r['topic_name']}-{r['partition_index']}" for r in answer["remaining_partitions"]]
                     if answer["error_code"] != E.NONE:
@@ -581,16 +600,18 @@ class ClusterNode:
     async def metadata(self, h: RequestHeader, body: dict[str, Any], session: Session) -> Any:
         """Answered from the cache; the encoded answer is kept until the next UpdateMetadata, since the same
         questions come again and again (every client refreshes its metadata periodically)."""
+        if self.apis.authz is not None:  # the answer depends on the principal: not kept
+            return await self._metadata(h, body, session.listener)
         requested = body.get("topics")
         names = None if requested is None else tuple((t.get("name"), t.get("topic_id")) for t in requested)
-        key = (h.api_version, names, bool(body.get("allow_auto_topic_creation", True)))
+        key = (h.api_version, names, bool(body.get("allow_auto_topic_creation", True)), session.listener)
         if self._metadata_seen != self.cache.updates:
             self._metadata_answers.clear()
             self._metadata_seen = self.cache.updates
         hit = self._metadata_answers.get(key)
         if hit is not None:
             return hit
-        out = await self._metadata(h, body)
+        out = await self._metadata(h, body, session.listener)
         if self._metadata_seen == self.cache.updates and not self._auto_created and \
                 all(t["error_code"] == E.NONE for t in out["topics"]):
             if len(self._metadata_answers) >= METADATA_ANSWERS_KEPT:
@@ -598,7 +619,7 @@ class ClusterNode:
             self._metadata_answers[key] = encode_response_body(ApiKey.METADATA, h.api_version, out)
         return out
 
-    async def _metadata(self, h: RequestHeader, body: dict[str, Any]) -> dict[str, Any]:
+    async def _metadata(self, h: RequestHeader, body: dict[str, Any], listener: str) -> dict[str, Any]:
         v = h.api_version
         requested = body.get("topics")
         self._auto_created = False
@@ -619,8 +640,8 @@ class ClusterNode:
                     continue
             topics.append(await self._topic_metadata(name, auto))
         return {"throttle_time_ms": 0, "cluster_id": self.apis.cluster_id(), "controller_id": cache.controller_id,
-                "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-                            for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)],
+                "brokers": [{"node_id": b, "host": host, "port": port, "rack": rack}
+                            for b, host, port, rack in self._brokers_on(listener)],
                 "topics": topics, "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED, "error_code": E.NONE}
 
     async def _topic_metadata(self, name: str, auto_create: bool) -> dict[str, Any]:
@@ -653,11 +674,20 @@ class ClusterNode:
         return {"error_code": E.NONE, "name": name, "topic_id": cached.topic_id, "is_internal": name in INTERNAL_TOPICS,
                 "partitions": parts, "topic_authorized_operations": AUTHORIZED_OPS_OMITTED}
 
-    async def describe_cluster(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
+    def _brokers_on(self, listener: str) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of each live broker on `listener`; brokers without it are left out (Kafka)."""
+        out = []
+        for b in sorted(self.cache.brokers.values(), key=lambda b: b.broker_id):
+            addr = b.address(listener)
+            if addr is not None:
+                out.append((b.broker_id, addr[0], addr[1], b.rack))
+        return out
+
+    async def describe_cluster(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:
         out = {"throttle_time_ms": 0, "error_code": E.NONE, "error_message": None, "endpoint_type": 1,
                "cluster_id": self.apis.cluster_id(), "controller_id": self.cache.controller_id,
-               "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-                           for b in sorted(self.cache.brokers.values(), key=lambda b: b.broker_id)],
+               "brokers": [{"broker_id": b, "host": host, "port": port, "rack": rack}
+                           for b, host, port, rack in self._brokers_on(session.listener)],
                "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED}
         if body.get("endpoint_type", 1) != 1:
             out.update(error_code=E.UNSUPPORTED_ENDPOINT_TYPE, brokers=[],
@@ -925,6 +955,8 @@ class ClusterNode:
                 kind, name = z.decode_config_change(path, data)
                 if kind == "topics" and name in self.replicas.metadata.topics:
                     self._apply_local_config(name, await self.store.topic_config(name))
+                elif kind == "users":
+                    await self.scram_admin.refresh(name)
             except KafkaliteError as exc:
                 log.error("Cannot process the config change %s: %s", path, exc)
         task = asyncio.current_task()
@@ -1037,12 +1069,13 @@ class ClusterNode:
         for key in keys:
             leader = self.cache.leader(OFFSETS_TOPIC, coordinator_key_partition(key, n)) if n else -1
             b = self.cache.brokers.get(leader)
-            if b is None:
+            addr = b.address(session.listener) if b is not None else None
+            if b is None or addr is None:
                 out.append({"key": key, "error_code": E.COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "",
                             "port": -1, "error_message": why or "the group's coordinator partition has no leader"})
             else:
-                out.append({"key": key, "error_code": E.NONE, "node_id": b.broker_id, "host": b.host,
-                            "port": b.port, "error_message": None})
+                out.append({"key": key, "error_code": E.NONE, "node_id": b.broker_id, "host": addr[0],
+                            "port": addr[1], "error_message": None})
         if h.api_version >= 4:
             return {"throttle_time_ms": 0, "coordinators": out}
         return {"throttle_time_ms": 0, **out[0]}

@@ -61,22 +61,63 @@ class BrokerConfig:
         refusals = registry.security_refusals(self.props)
         if refusals:
             raise InvalidConfigError(refusals[0])
-        for name in self.props:
+        for name, raw in self.props.items():
             if name in KEYS:
                 self.get(name)
+            elif (base := registry.listener_override_base(name)) in KEYS:
+                registry.parse(base, raw)
         protocols = parse_protocol_map(self.get("listener.security.protocol.map"))
         check_protocols(self.listeners(), protocols, "listeners")
+        self._check_sasl(protocols)
         given = self.get("advertised.listeners")
         if given:
             check_protocols(parse_listeners(given, "advertised.listeners"), protocols, "advertised.listeners")
         self._check_log_dirs()
         if self.get("zookeeper.connect"):
-            self.inter_broker_listener()
+            ib = self.inter_broker_listener()
+            if protocols.get(ib.name, "").startswith("SASL_"):
+                mech = str(self.get("sasl.mechanism.inter.broker.protocol")).strip().upper()
+                if mech not in self.sasl_mechanisms(ib.name):
+                    raise InvalidConfigError(
+                        f"Invalid value {mech} for configuration sasl.mechanism.inter.broker.protocol: the "
+                        f"inter-broker listener {ib.name} offers {','.join(self.sasl_mechanisms(ib.name))}")
         if self.get("group.min.session.timeout.ms") > self.get("group.max.session.timeout.ms"):
             raise InvalidConfigError(f"Invalid value {self.get('group.min.session.timeout.ms')} for configuration "
                                      "group.min.session.timeout.ms: must not exceed group.max.session.timeout.ms "
                                      f"({self.get('group.max.session.timeout.ms')})")
         self.log_config()
+
+    def sasl_mechanisms(self, listener: str) -> list[str]:
+        """The SASL mechanisms `listener` offers (sasl.enabled.mechanisms, per listener), upper case."""
+        return [m.strip().upper() for m in self.listener_prop(listener, "sasl.enabled.mechanisms")]
+
+    def sasl_jaas_config(self, listener: str, mechanism: str) -> str:
+        """The JAAS text for `mechanism` on `listener`: listener.name.<l>.<mechanism>.sasl.jaas.config, else
+        listener.name.<l>.sasl.jaas.config, else sasl.jaas.config ("" when none is set)."""
+        prefix = f"listener.name.{listener.lower()}."
+        for key in (f"{prefix}{mechanism.lower()}.sasl.jaas.config", f"{prefix}sasl.jaas.config"):
+            if key in self.props:
+                return str(self.props[key])
+        return str(self.get("sasl.jaas.config"))
+
+    def _check_sasl(self, protocols: dict[str, str]) -> None:
+        """Each SASL_* listener must offer only mechanisms kafkalite speaks (GSSAPI, Kafka's default, and
+        OAUTHBEARER are refused by name), and a SASL inter-broker listener must offer the inter-broker one."""
+        for li in self.listeners():
+            if not protocols.get(li.name, "").startswith("SASL_"):
+                continue
+            mechanisms = self.sasl_mechanisms(li.name)
+            key = f"listener.name.{li.name.lower()}.sasl.enabled.mechanisms"
+            key = key if key in self.props else "sasl.enabled.mechanisms"
+            if not mechanisms:
+                raise InvalidConfigError(f"Invalid value for configuration {key}: listener {li.name} is "
+                                         f"{protocols[li.name]} and needs at least one SASL mechanism")
+            for m in mechanisms:
+                if m not in registry.SASL_MECHANISMS:
+                    what = "is not supported by kafkalite" if m in registry.SASL_REFUSED else "is unknown"
+                    raise InvalidConfigError(
+                        f"Invalid value {','.join(mechanisms)} for configuration {key}: SASL mechanism {m} {what} "
+                        f"(listener {li.name}; supported: {', '.join(registry.SASL_MECHANISMS)})")
 
     def _check_log_dirs(self) -> None:
         dirs = self.get("log.dirs")
@@ -95,7 +136,7 @@ class BrokerConfig:
         name), or known to Kafka but without effect here. Logged by `kafkalite serve` at WARNING."""
         out = []
         for name in self.props:
-            key = KEYS.get(name)
+            key = KEYS.get(name) or KEYS.get(registry.listener_override_base(name) or "")
             if key is None:
                 out.append(registry.unknown_key_warning(name))
             elif key.effect == "none":
@@ -127,6 +168,12 @@ class BrokerConfig:
         """The protocol a listener speaks (listener.security.protocol.map; validate() checked it is mapped)."""
         return parse_protocol_map(self.get("listener.security.protocol.map"))[listener_name]
 
+    def listener_prop(self, listener: str, name: str) -> Any:
+        """`name` for one listener: Kafka's per-listener override `listener.name.<listener lower-case>.<name>`
+        (ListenerName.configPrefix) when set, else the broker-wide value."""
+        raw = self.props.get(f"listener.name.{listener.lower()}.{name}")
+        return self.get(name) if raw is None else registry.parse(name, raw)
+
     def inter_broker_listener(self) -> Listener:
         """The advertised listener other brokers reach this one on (Kafka's interBrokerListenerName):
         inter.broker.listener.name, else the listener named as security.inter.broker.protocol. Refused,
@@ -139,6 +186,8 @@ class BrokerConfig:
         for li in adv:
             if li.name == name:
                 return li
+        if not self.get("zookeeper.connect") and not self.get("inter.broker.listener.name"):
+            return adv[0]  # a single broker, its own controller, reaches itself on its first listener
         raise InvalidConfigError(f"Invalid value {name} for configuration {key}: the inter-broker listener must be "
                                  f"one of advertised.listeners ({', '.join(li.name for li in adv)})")
 

@@ -417,12 +417,39 @@ class Partition:
     # checks the leader epoch around each call, so none of these is ever applied for a leadership that was
     # replaced while its request was in flight.
 
-    def append_records_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+    def append_records_as_follower(self, records: bytes | bytearray | memoryview,
+                                   chunk_bytes: int | None = None) -> LogAppendInfo:
         """Append the leader's batches as they are (Kafka's Partition.appendRecordsToFollowerOrFutureReplica):
         offsets and partition leader epochs kept, the epoch cache and producer state updated from them, so
         this replica can lead later and still deduplicate idempotent retries. Only whole batches are
-        appended; a truncated last batch of the fetch response is fetched again. OSError propagates."""
-        return self.log.append_as_follower(records)
+        appended; a truncated last batch of the fetch response is fetched again. OSError propagates.
+
+        With `chunk_bytes` (replica.fetch.max.bytes) a large fetch is appended in runs of whole batches of
+        at most that size (at least one batch each): the log, its index density (one entry per append) and
+        its segment-size check then see exactly what Kafka's 1 MiB fetches give them. A failure in a later
+        run leaves the earlier ones appended; the caller reads the log end, not this result, to go on."""
+        if chunk_bytes is None or len(records) <= chunk_bytes:
+            return self.log.append_as_follower(records)
+        view = memoryview(records)
+        end = len(view)
+        first: LogAppendInfo | None = None
+        info = LogAppendInfo(-1, -1, -1, -1, log_start_offset=self.log.log_start_offset)
+        start = pos = 0
+        while True:
+            size = _batch_size_at(view, pos, end)
+            if size < 0:  # a broken length: the log refuses the rest with its position and reason
+                size = end - pos
+            if size and (pos - start + size <= chunk_bytes or pos == start):
+                pos += size
+                continue
+            if pos == start:  # nothing whole left (a partial last batch is fetched again)
+                break
+            info = self.log.append_as_follower(view[start:pos])
+            first = first or info
+            start = pos
+        if first is not None and first is not info:
+            info.first_offset = first.first_offset
+        return info
 
     def truncate_to(self, offset: int) -> bool:
         """Drop everything at and above `offset` (§4.3 step 4): epoch cache, producer state and HW follow."""
@@ -448,3 +475,15 @@ class Partition:
         if leader_log_start <= self.log.log_start_offset or leader_log_start > self.log.high_watermark:
             return False
         return self.log.maybe_increment_log_start_offset(leader_log_start, "leader offset increment")
+
+
+def _batch_size_at(view: memoryview, pos: int, end: int) -> int:
+    """The size of the whole batch at `pos` (base offset, length field and the `length` bytes it counts);
+    0 when not all of it is there (a partial last batch: fetched again), -1 for a length below Kafka's
+    minimum of 14 (corrupt: left for the log to refuse)."""
+    if end - pos < 17:  # iter_batches' rule: fewer bytes than offset, length, epoch and magic end quietly
+        return 0
+    length = int.from_bytes(view[pos + 8:pos + 12], "big", signed=True)
+    if length < 14:
+        return -1
+    return length + 12 if length + 12 <= end - pos else 0

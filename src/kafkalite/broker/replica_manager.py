@@ -16,8 +16,8 @@ As a leader with followers (reference §3.3-3.7): replica fetches record each fo
 move the HW or propose an ISR expansion; a periodic task proposes ISR shrinks; each ISR change is written to
 the cluster store (`isr_store`, set by the cluster glue) with a compare-and-set before it takes effect.
 acks=all produce and other internal writers wait for the HW in `wait_for_commit` (Kafka's DelayedProduce):
-every wait is parked on the partition's key in `purgatory`, woken by appends, HW moves, leader changes
-and its own timeout.
+every wait is parked in `purgatory` on the partition's key (appends, leader changes) and on its
+`committed_key` (HW and ISR moves), until one of them is woken or its own timeout passes.
 
 Everything here runs on the broker's event loop; Log calls are short (page-cache writes and index
 lookups), as in Kafka's request handler threads.
@@ -30,7 +30,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from kafkalite.broker.config import BrokerConfig
@@ -53,6 +53,7 @@ from kafkalite.errors import (
 from kafkalite.manager.log_manager import LogManager, descriptor_advice, is_descriptor_exhaustion
 from kafkalite.protocol import FileRegion
 from kafkalite.protocol.error_codes import ErrorCode
+from kafkalite.protocol.primitives import BIG_PART
 from kafkalite.records.batch import iter_batches
 from kafkalite.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from kafkalite.storage.file_records import FileSlice
@@ -69,6 +70,17 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 UNKNOWN_ERROR = -1
+SMALL_RECORDS_COPIED = BIG_PART  # fetched records below this size are sent as bytes, not with sendfile
+
+
+def committed_key(topic: str, partition: int) -> tuple[str, str, int]:
+    """The purgatory key of a partition's commit events: HW and ISR moves, a follower's log start moving.
+    acks=all produces, DeleteRecords and consumer fetches watch it beside the partition's own key (appends,
+    role changes, removal, log-dir failure: every waiter's business). Followers' fetches do not: they read
+    to the log end, so a HW move gives them nothing to answer (Kafka's DelayedFetch for a follower
+    completes on new bytes, not on the HW), and the follower that moved it would wake the other one's
+    parked fetch for an empty read on the path of every acks=all produce."""
+    return ("committed", topic, partition)
 
 
 def error_code_of(exc: BaseException) -> int:
@@ -301,13 +313,13 @@ class ReplicaManager:
         min.insync.replicas), NOT_LEADER_OR_FOLLOWER (leadership lost: the records may be truncated) or
         REQUEST_TIMED_OUT (they may still commit). For every internal writer (the group coordinator too)."""
         deadline = time.monotonic() + max(0, timeout_ms) / 1000
-        key = (topic, partition)
+        keys = [(topic, partition), committed_key(topic, partition)]
         while True:
             code = self.commit_status(topic, partition, required_offset)
             if code is not None:
                 return code
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not await self.purgatory.wait([key], remaining):
+            if remaining <= 0 or not await self.purgatory.wait(keys, remaining):
                 code = self.commit_status(topic, partition, required_offset)
                 return RequestTimedOutError.error_code if code is None else code
 
@@ -335,6 +347,9 @@ class ReplicaManager:
         A follower's fetch (`replica_id` >= 0, with its `log_start_offsets`) records its position after
         each read round (§3.3)."""
         deadline = time.monotonic() + max(0, max_wait_ms) / 1000
+        keys: list[Hashable] = [(t, p) for t, p, *_ in wanted]
+        if replica_id < 0:  # a consumer reads up to the HW: its moves matter (a follower reads to the log end)
+            keys += [committed_key(t, p) for t, p, *_ in wanted]
         while True:
             reads = self._read_all(wanted, max_bytes, isolation, replica_id, log_start_offsets)
             total = sum(r.size for r in reads)
@@ -342,7 +357,7 @@ class ReplicaManager:
             if (total >= min_bytes or remaining <= 0 or not wanted
                     or any(r.error or r.diverging for r in reads)):
                 return reads
-            woken = await self.purgatory.wait([(t, p) for t, p, *_ in wanted], remaining)
+            woken = await self.purgatory.wait(keys, remaining)
             if not woken:
                 return self._read_all(wanted, max_bytes, isolation, replica_id, log_start_offsets)
 
@@ -380,7 +395,7 @@ class ReplicaManager:
         # a HW move, or a follower's log start moving (DeleteRecords waits for it), wakes the waiters
         if part.update_follower_fetch_state(replica_id, fetch_offset, log_start_offset, now, leader_leo) or \
                 (remote is not None and remote.log_start_offset != old_start):
-            self.purgatory.wake((topic, partition))
+            self.purgatory.wake(committed_key(topic, partition))
         change = part.maybe_expand_isr(replica_id, now)
         if change is not None:
             self._submit_isr_change(part, change)
@@ -423,9 +438,9 @@ class ReplicaManager:
             log.info("%s ISR of %s from %s to %s", "Expanding" if change.expand else "Shrinking", tp, part.isr,
                      list(change.isr))
         if part.complete_isr_change(change, None if written is None else written.zk_version):
-            self.purgatory.wake((part.topic, part.partition))
+            self.purgatory.wake(committed_key(part.topic, part.partition))
         elif written is not None:
-            self.purgatory.wake((part.topic, part.partition))  # acks=all: |maximal ISR| may have changed
+            self.purgatory.wake(committed_key(part.topic, part.partition))  # acks=all: |maximal ISR| may have changed
 
     def maybe_shrink_isrs(self) -> None:
         """One run of Kafka's isr-expiration task over the partitions this broker leads."""
@@ -447,11 +462,18 @@ class ReplicaManager:
 
     @staticmethod
     def records_for_wire(records: FileSlice | bytes) -> FileRegion | bytes:
-        """The bytes of a read as the server sends them: a dup'd descriptor range for sendfile.
+        """The bytes of a read as the server sends them: a dup'd descriptor range for sendfile, or, below
+        SMALL_RECORDS_COPIED bytes, the bytes themselves (one pread from the page cache).
 
+        Small reads are copied because they are latency-bound: a follower's fetch woken by one acks=all
+        record, a consumer at the log end. The response then leaves in one send with its header; sendfile
+        costs a second syscall, a second wake-up of the reader and asyncio's pause/resume of the
+        transport around it (~0.1-0.2 ms per response on this VM), for no copy saved worth having.
         The descriptor is duplicated so a segment closed by retention while the response is queued can't
         turn the fd number into someone else's file; the server closes it once sent."""
         if isinstance(records, FileSlice) and records.size:
+            if records.size < SMALL_RECORDS_COPIED:
+                return records.tobytes()
             return FileRegion(os.dup(records.records.fd), records.position, records.size)
         return b""
 
@@ -529,7 +551,8 @@ class ReplicaManager:
         while True:
             code, low = self._low_watermark_status(topic, partition, target)
             remaining = deadline - time.monotonic()
-            if code is None and remaining > 0 and await self.purgatory.wait([(topic, partition)], remaining):
+            if code is None and remaining > 0 and await self.purgatory.wait(
+                    [(topic, partition), committed_key(topic, partition)], remaining):
                 continue
             if code is None:
                 code, low = self._low_watermark_status(topic, partition, target)

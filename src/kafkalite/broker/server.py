@@ -4,19 +4,27 @@ connection moved through a `protocol.connection.ServerConnection` (framing, deco
 Each connection handles one request at a time, in order (Kafka mutes a channel until its response is
 sent), so pipelined requests get their responses in sequence and a long-polling fetch holds up only its
 own connection. A frame that is too large or does not parse closes that connection and nothing else.
-Record bytes of fetch responses go from the segment file to the socket with sendfile(2).
+Record bytes of fetch responses go from the segment file to the socket with sendfile(2); on a TLS listener
+(where the kernel cannot encrypt) they are read into one buffer per chunk and written through the TLS
+transport: one copy per byte in Python before OpenSSL encrypts it.
+
+A TLS listener does its handshake on the accepted connection (`StreamWriter.start_tls`), so a failed handshake
+(no or untrusted client certificate, a plaintext client on the TLS port) is logged once with the peer and
+the reason and closes only that connection; a client certificate's subject becomes the session's principal.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import functools
 import gc
 import logging
 import os
 import socket
+import ssl
 import time
 from typing import Any, Literal
 
@@ -35,11 +43,31 @@ from kafkalite.coordinator.config import OFFSETS_TOPIC
 from kafkalite.errors import KafkaliteError
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol import FileRegion
+from kafkalite.protocol.api_keys import ApiKey
+from kafkalite.protocol.codec import RequestHeader
 from kafkalite.protocol.connection import InvalidReceiveError, RefusedRequest, Reply, ServerConnection
+from kafkalite.security.sasl import JaasError, SaslServerAuthenticator, parse_jaas
+from kafkalite.security.scram import ScramCredential
 from kafkalite.security.session import Session
+from kafkalite.security.tls import TlsSettings, peer_principal, server_context
 
 log = logging.getLogger("kafkalite.broker")
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+TLS_HANDSHAKE_TIMEOUT_S = 30.0
+TLS_COPY_CHUNK = 1 << 20  # record bytes read per write on a TLS connection (bounds the buffer, not the copy count)
 
+class _SaslState(SaslServerAuthenticator):
+    """The authenticator plus what the server decided: `closing` says why the connection ends after the
+    response just sent (a failed or refused SASL step)."""
+
+    closing = ""
+
+
+def _api_name(key: int) -> str:
+    try:
+        return ApiKey(key).name
+    except ValueError:
+        return f"API {key}"
 
 
 class Broker:
@@ -62,6 +90,9 @@ class Broker:
         self._started = False
         self.max_request_bytes = config.get("socket.request.max.bytes")
         self.idle_timeout_s = config.get("connections.max.idle.ms") / 1000
+        self.sasl_max_receive = config.get("sasl.server.max.receive.size")
+        self._plain_users = _plain_users(config)
+        self._sasl_listener: dict[str, tuple[list[str], int]] = {}
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -72,8 +103,10 @@ class Broker:
         cfg = self.config
         # Bound first (not yet listening, so clients see nothing): a port in use then fails before any
         # data dir is locked, recovered or marked.
+        contexts = {li.name: listener_tls_context(cfg, li.name) for li in cfg.listeners()}
         for li in cfg.listeners():
-            handler = functools.partial(self._on_connection, li.name, cfg.security_protocol(li.name))
+            handler = functools.partial(self._on_connection, li.name, cfg.security_protocol(li.name),
+                                        contexts[li.name])
             self._servers.append(await _bind(handler, li.host, li.port))
         _check_data_dirs(cfg)
         try:
@@ -93,11 +126,11 @@ class Broker:
         self.admin = TopicAdmin(self.replicas)
         self.admin.adopt_logs()
         if any(li.port == 0 for li in cfg.advertised()):
-            # Listening on an ephemeral port (tests): advertise the port the OS picked.
-            port = self.addresses()[0][1]
-            adv = cfg.advertised()[0]
-            cfg = self.config = BrokerConfig.load(None, {**cfg.props,
-                                                         "advertised.listeners": f"{adv.name}://{adv.host}:{port}"})
+            # Listening on ephemeral ports (tests): advertise the ports the OS picked, listener by listener.
+            bound = dict(zip([li.name for li in cfg.listeners()], [s.sockets[0].getsockname()[1]
+                                                                   for s in self._servers], strict=True))
+            adv = ",".join(f"{li.name}://{li.host}:{li.port or bound.get(li.name, 0)}" for li in cfg.advertised())
+            cfg = self.config = BrokerConfig.load(None, {**cfg.props, "advertised.listeners": adv})
         self.coordinator = await self._start_coordinator()
         self.apis = KafkaApis(cfg, self.replicas, self.coordinator, self.admin)
         self.logs.startup()
@@ -213,8 +246,8 @@ class Broker:
                         writer.close()
                     self._last_active.pop(task, None)
 
-    async def _on_connection(self, listener: str, protocol: str, reader: asyncio.StreamReader,
-                             writer: asyncio.StreamWriter) -> None:
+    async def _on_connection(self, listener: str, protocol: str, tls: ssl.SSLContext | None,
+                             reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -226,7 +259,15 @@ class Broker:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            await self._serve(reader, writer, Session(host=host, listener=listener, protocol=protocol))
+            session = Session(host=host, listener=listener, protocol=protocol)
+            if tls is not None:
+                # No await before this point: the client's first TLS bytes must reach the TLS protocol.
+                principal = await _handshake(writer, tls, peer, listener)
+                if principal is False:
+                    return
+                if principal is not None:
+                    session.principal = principal
+            await self._serve(reader, writer, session)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
         except asyncio.CancelledError:
@@ -243,27 +284,88 @@ class Broker:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session) -> None:
         """Requests one at a time: read exactly what the connection object wants (a size prefix, then the
-        frame, which `feed` hands back as a view of what was read: no copy), answer, repeat."""
+        frame, which `feed` hands back as a view of what was read: no copy), answer, repeat. On a SASL_*
+        listener frames are bounded by sasl.server.max.receive.size until the client has authenticated."""
         assert self.apis is not None
         task = asyncio.current_task()
-        conn = ServerConnection(self.max_request_bytes, self.apis.handles)
+        sasl = self._authenticator(session)
+        limit = self.max_request_bytes if sasl is None else self.sasl_max_receive
+        conn = ServerConnection(limit, self.apis.handles)
         while True:
             self._last_active[task] = time.monotonic()  # type: ignore[index]
             try:
                 frames = conn.feed(await reader.readexactly(conn.want()))
             except InvalidReceiveError as exc:
-                log.warning("Closing connection from %s: %s (socket.request.max.bytes)", session.host, exc)
+                what = ("socket.request.max.bytes" if conn.frames.max_size == self.max_request_bytes
+                        else "sasl.server.max.receive.size, before authentication")
+                log.warning("Closing connection from %s: %s (%s)", session.host, exc, what)
                 return
             for frame in frames:
-                response = await self._handle_frame(conn, frame, session)
+                response: list[Any] | Literal[False] | None
+                if sasl is not None and sasl.raw_tokens:
+                    response = await self._raw_sasl_token(sasl, frame, session)
+                else:
+                    response = await self._handle_frame(conn, frame, session, sasl)
                 if response is None:
                     continue
                 if response is False:
                     return
                 await self._send(writer, response)
+                if sasl is not None and sasl.closing:
+                    log.info("Closing connection from %s (listener %s): %s", session.host, session.listener,
+                             sasl.closing)
+                    return
+            if sasl is not None:
+                conn.frames.max_size = self.max_request_bytes if sasl.authenticated else self.sasl_max_receive
 
-    async def _handle_frame(self, conn: ServerConnection, frame: memoryview, session: Session
-                            ) -> list[Any] | Literal[False] | None:
+    def _authenticator(self, session: Session) -> _SaslState | None:
+        """The SASL authenticator of a connection on a SASL_* listener (None on the others)."""
+        if not session.protocol.startswith("SASL_"):
+            return None
+        plain = self._plain_users.get(session.listener, {})
+        mechanisms, reauth_ms = self._sasl_listener.get(session.listener) or self._sasl_settings(session.listener)
+        return _SaslState(mechanisms, plain, self._scram_credential, reauth_ms)
+
+    def _sasl_settings(self, listener: str) -> tuple[list[str], int]:
+        """A listener's mechanisms and connections.max.reauth.ms (both per listener, as Kafka's), read once."""
+        out = (self.config.sasl_mechanisms(listener),
+               self.config.listener_prop(listener, "connections.max.reauth.ms"))
+        self._sasl_listener[listener] = out
+        return out
+
+    async def _scram_loaded(self) -> None:
+        """During start-up a SCRAM login waits until the cluster part has read the credentials (not for the
+        whole start-up: the broker's own controller may log in with SCRAM before the broker is ready)."""
+        while self.cluster is None:
+            await asyncio.sleep(0.02)
+        await self.cluster.scram_admin.loaded.wait()
+
+    def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return None if self.cluster is None else self.cluster.scram.get(user, mechanism)
+
+    async def _raw_sasl_token(self, sasl: _SaslState, frame: memoryview, session: Session
+                              ) -> list[Any] | Literal[False]:
+        """A token in SaslHandshake v0 framing: answered by a raw size-prefixed token, or the connection closed."""
+        if sasl.mechanism != "PLAIN":
+            await self._scram_loaded()
+        outcome = sasl.raw_token(bytes(frame))
+        if outcome.close:
+            log.info("Closing connection from %s (listener %s): SASL authentication failed: %s", session.host,
+                     session.listener, outcome.reason)
+            return False
+        self._authenticated(sasl, session)
+        token = outcome.token or b""
+        return [len(token).to_bytes(4, "big") + token]
+
+    @staticmethod
+    def _authenticated(sasl: _SaslState, session: Session) -> None:
+        if sasl.authenticated and session.principal != sasl.principal:
+            session.principal = sasl.principal
+            log.debug("Authenticated %s from %s on listener %s with %s", sasl.principal, session.host,
+                     session.listener, sasl.mechanism)
+
+    async def _handle_frame(self, conn: ServerConnection, frame: memoryview, session: Session,
+                            sasl: _SaslState | None = None) -> list[Any] | Literal[False] | None:
         """The response parts, None when there is nothing to send, False to close the connection."""
         assert self.apis is not None
         try:
@@ -273,6 +375,21 @@ class Broker:
             return False
         if isinstance(request, Reply):
             return request.parts
+        header = request.header
+        if sasl is not None:
+            if header.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+                return await self._sasl_request(conn, request.header, request.body, sasl, session)
+            if not sasl.authenticated:
+                if header.api_key != ApiKey.API_VERSIONS:
+                    log.warning("Closing connection from %s (listener %s): %s request before SASL authentication "
+                                "(only ApiVersions, SaslHandshake and SaslAuthenticate are served then)",
+                                session.host, session.listener, _api_name(header.api_key))
+                    return False
+            elif sasl.expired():
+                log.info("Closing connection from %s (listener %s): the SASL session of %s expired "
+                         "(connections.max.reauth.ms) without re-authentication", session.host, session.listener,
+                         session.principal)
+                return False
         try:
             body_out = await self.apis.handle(request.header, request.body, session)
         except CloseConnection as exc:
@@ -281,6 +398,23 @@ class Broker:
         if body_out is None:
             return None
         return conn.encode(request.header, body_out)
+
+    async def _sasl_request(self, conn: ServerConnection, header: RequestHeader, body: dict[str, Any],
+                            sasl: _SaslState, session: Session) -> list[Any]:
+        """SaslHandshake / SaslAuthenticate on a SASL_* listener, answered by the connection's authenticator;
+        a failure is answered, then the connection closes (`sasl.closing`)."""
+        if header.api_key == ApiKey.SASL_HANDSHAKE:
+            outcome = sasl.handshake(header.api_version, str(body.get("mechanism", "")))
+        else:
+            if sasl.mechanism != "PLAIN":
+                await self._scram_loaded()
+            outcome = sasl.authenticate(header.api_version, bytes(body.get("auth_bytes") or b""))
+        if outcome.close:
+            sasl.closing = f"SASL authentication failed: {outcome.reason}"
+        else:
+            self._authenticated(sasl, session)
+        assert outcome.body is not None
+        return conn.encode(header, outcome.body)
 
     async def _send(self, writer: asyncio.StreamWriter, parts: list[Any]) -> None:
         loop = asyncio.get_running_loop()
@@ -292,7 +426,10 @@ class Broker:
                 if isinstance(part, FileRegion):
                     with open(part.fd, "rb", buffering=0, closefd=True) as f:  # owns (and closes) the dup'd fd
                         await writer.drain()
-                        sent = await loop.sendfile(writer.transport, f, part.position, part.size)
+                        if writer.get_extra_info("sslcontext") is not None:  # TLS: no sendfile
+                            sent = await _write_region_copied(writer, f.fileno(), part.position, part.size)
+                        else:
+                            sent = await loop.sendfile(writer.transport, f, part.position, part.size)
                     if sent != part.size:  # the file shrank under us: the frame can't be completed
                         raise ConnectionError(f"sent {sent} of {part.size} record bytes")
                 else:
@@ -302,6 +439,55 @@ class Broker:
             for part in parts[i:]:
                 if isinstance(part, FileRegion):
                     os.close(part.fd)
+
+
+def listener_tls_context(cfg: BrokerConfig, listener: str) -> ssl.SSLContext | None:
+    """The server context of an SSL / SASL_SSL listener from its ssl.* settings (per-listener overrides
+    first); None for the others. A bad setting raises InvalidConfigError naming the listener and key."""
+    protocol = cfg.security_protocol(listener)
+    if protocol not in TLS_PROTOCOLS:
+        return None
+    settings = TlsSettings.read(functools.partial(cfg.listener_prop, listener), where=f"listener {listener}")
+    if protocol == "SASL_SSL" and f"listener.name.{listener.lower()}.ssl.client.auth" not in cfg.props:
+        # KIP-684: on SASL_SSL listeners SASL authenticates; ssl.client.auth applies only listener-prefixed
+        settings = dataclasses.replace(settings, client_auth="none")
+    return server_context(settings)
+
+
+async def _handshake(writer: asyncio.StreamWriter, tls: ssl.SSLContext, peer: Any, listener: str
+                     ) -> str | Literal[False] | None:
+    """The server side of the TLS handshake: the client certificate's principal (None without one), or False
+    when the handshake failed, logged once with the peer and OpenSSL's reason."""
+    try:
+        await writer.start_tls(tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+    except (ssl.SSLError, OSError, TimeoutError, EOFError) as exc:
+        reason = getattr(exc, "reason", None) or getattr(exc, "verify_message", None) or str(exc) or \
+            type(exc).__name__
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            reason = f"client certificate refused: {exc.verify_message}"
+        if isinstance(exc, ssl.SSLError | TimeoutError):
+            log.warning("TLS handshake with %s on listener %s failed, closing the connection: %s", peer, listener,
+                        reason)
+        else:  # the peer went away first (a port probe, a client giving up): not a TLS failure
+            log.info("Connection from %s on listener %s closed before the TLS handshake completed: %s", peer,
+                     listener, reason)
+        return False
+    return peer_principal(writer.get_extra_info("ssl_object"))
+
+
+async def _write_region_copied(writer: asyncio.StreamWriter, fd: int, position: int, size: int) -> int:
+    """Record bytes through a TLS transport: each chunk read once into a new buffer (the transport may keep a
+    reference until OpenSSL has taken it) and written; returns the bytes sent (less if the file shrank)."""
+    sent = 0
+    while sent < size:
+        buf = bytearray(min(size - sent, TLS_COPY_CHUNK))
+        got = os.preadv(fd, [buf], position + sent)
+        if got <= 0:
+            break
+        writer.write(memoryview(buf)[:got] if got < len(buf) else buf)
+        sent += got
+        await writer.drain()
+    return sent
 
 
 def cluster_store(cfg: BrokerConfig) -> ClusterStore:
@@ -324,6 +510,29 @@ async def _bind(handler: Any, host: str, port: int) -> asyncio.base_events.Serve
             raise KafkaliteError(f"cannot listen on {addr} (listeners): the address is already in use, "
                                  "perhaps by another broker") from None
         raise KafkaliteError(f"cannot listen on {addr} (listeners): {exc.strerror or exc}") from None
+
+
+def _plain_users(cfg: BrokerConfig) -> dict[str, dict[str, str]]:
+    """listener -> PLAIN users (`user_<name>="<password>"` of its PlainLoginModule JAAS text). A SASL listener
+    offering PLAIN without JAAS text, or with text that does not parse, stops the broker naming the key."""
+    out: dict[str, dict[str, str]] = {}
+    for li in cfg.listeners():
+        if not cfg.security_protocol(li.name).startswith("SASL_") or "PLAIN" not in cfg.sasl_mechanisms(li.name):
+            continue
+        key = f"listener.name.{li.name.lower()}.plain.sasl.jaas.config"
+        text = cfg.sasl_jaas_config(li.name, "PLAIN")
+        if not text.strip():
+            raise KafkaliteError(f"listener {li.name} offers SASL mechanism PLAIN but {key} (or sasl.jaas.config) "
+                                 "is not set: give PlainLoginModule with user_<name>=\"<password>\" entries")
+        try:
+            entry = parse_jaas(text, key)
+        except JaasError as exc:
+            raise KafkaliteError(str(exc)) from None
+        if not entry.module.endswith("PlainLoginModule"):
+            raise KafkaliteError(f"{key}: login module {entry.module} is not supported for PLAIN (use "
+                                 "org.apache.kafka.common.security.plain.PlainLoginModule)")
+        out[li.name] = entry.plain_users()
+    return out
 
 
 def _check_data_dirs(cfg: BrokerConfig) -> None:

@@ -25,9 +25,14 @@ examples:
   kafkalite cluster --brokers 3
       ZooKeeper on 127.0.0.1:2181, brokers 1-3 on 127.0.0.1:9092-9094, data in ./kafkalite-cluster
   kafkalite cluster --brokers 3 --port 19092 --zookeeper-port 12181 --dir /tmp/kl --override num.partitions=6
+  kafkalite cluster --brokers 2 --override 'log.dirs=/mnt/disk{id}/kafkalite' --override broker.rack=node1
+      one broker process per core of a node, each on its own disk ({id} is the broker's id): docs/scaling.md
+  kafkalite cluster --brokers 3 --security-protocol SASL_SSL --override ssl.keystore.location=broker.p12 ...
+      every broker's one listener is SASL_SSL (brokers talk to each other on it too); its ssl.* and sasl.*
+      settings, the same for every broker, come with --override (see docs/security-*.md)
 
 ZooKeeper comes from Debian's `zookeeper` package (apt-get install zookeeper); --zookeeper-jar names another.
-Data is not replicated between brokers yet: see docs/cluster.md.
+How the brokers replicate and fail over: docs/cluster.md, docs/replication.md.
 """
 
 
@@ -41,8 +46,49 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--zookeeper-port", type=int, default=2181)
     p.add_argument("--zookeeper-jar", default=str(DEBIAN_JAR), help=f"ZooKeeper's jar (default {DEBIAN_JAR})")
     p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
-                   help="a broker setting for every broker (repeatable)")
+                   help="a broker setting for every broker (repeatable); {id} in VALUE becomes the broker's id")
+    p.add_argument("--security-protocol", default="PLAINTEXT", choices=PROTOCOLS,
+                   help="protocol of each broker's listener (default PLAINTEXT); other brokers connect to it too "
+                        "(inter.broker.listener.name) unless an --override names the inter-broker listener")
     p.set_defaults(func=run)
+
+
+PROTOCOLS = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+INTER_BROKER_KEYS = ("inter.broker.listener.name", "security.inter.broker.protocol")
+# this command's own per-broker settings: an --override of them would be the same for every broker (the first
+# three always; the others unless their value has {id})
+OWN_KEYS = ("listeners", "broker.id", "node.id", "zookeeper.connect")
+PER_BROKER_KEYS = ("advertised.listeners", "log.dirs", "log.dir")
+
+
+def refused_overrides(overrides: list[str], brokers: int = 3) -> list[str]:
+    """The keys of --override settings that cannot be the same for every one of `brokers` brokers."""
+    refused = set()
+    for o in overrides:
+        key, _, value = o.partition("=")
+        key = key.strip()
+        if key in OWN_KEYS or (brokers > 1 and key in PER_BROKER_KEYS and "{id}" not in value):
+            refused.add(key)
+    return sorted(refused)
+
+
+def broker_command(broker_id: int, port: int, zookeeper_connect: str, root: Path, overrides: list[str],
+                   protocol: str = "PLAINTEXT") -> list[str]:
+    """The `kafkalite serve` command line of broker `broker_id`: its id, its listener (`protocol` on `port`),
+    ZooKeeper and data directory under `root`, then the user's --override settings in order (a later setting
+    wins, so they can replace log.dirs), with `{id}` in their values replaced by the broker's id: settings that
+    must differ per broker, such as log.dirs on a disk of each broker's own, then fit in one --override. With a
+    TLS or SASL listener the brokers talk to each other on it, unless an override names the inter-broker
+    listener."""
+    cmd = [sys.executable, "-m", "kafkalite.cli.main", "serve",
+           "--override", f"broker.id={broker_id}", "--override", f"zookeeper.connect={zookeeper_connect}",
+           "--override", f"listeners={protocol}://127.0.0.1:{port}",
+           "--override", f"log.dirs={root / f'broker-{broker_id}'}"]
+    if protocol != "PLAINTEXT" and not any(o.partition("=")[0].strip() in INTER_BROKER_KEYS for o in overrides):
+        cmd += ["--override", f"inter.broker.listener.name={protocol}"]
+    for o in overrides:
+        cmd += ["--override", o.replace("{id}", str(broker_id))]
+    return cmd
 
 
 def _listening(port: int) -> bool:
@@ -60,6 +106,12 @@ class _Stop(Exception):
 def run(args: Any) -> int:
     if args.brokers < 1:
         print("Error: --brokers must be at least 1")
+        return 2
+    per_broker = refused_overrides(args.override, args.brokers)
+    if per_broker:
+        print(f"Error: --override {', '.join(per_broker)} would be the same for every broker; this command gives "
+              "each broker its own listener on --port + id - 1 (its protocol: --security-protocol), id and "
+              "data directory ({id} in a log.dirs or advertised.listeners value becomes the broker's id)")
         return 2
     root = Path(args.dir).resolve()
     busy = [p for p in range(args.port, args.port + args.brokers) if _listening(p)]
@@ -81,12 +133,7 @@ def run(args: Any) -> int:
             return 1
         connect = f"{zk.address}/kafkalite"
         for i in range(1, args.brokers + 1):
-            cmd = [sys.executable, "-m", "kafkalite.cli.main", "serve",
-                   "--override", f"broker.id={i}", "--override", f"zookeeper.connect={connect}",
-                   "--override", f"listeners=PLAINTEXT://127.0.0.1:{args.port + i - 1}",
-                   "--override", f"log.dirs={root / f'broker-{i}'}"]
-            for o in args.override:
-                cmd += ["--override", o]
+            cmd = broker_command(i, args.port + i - 1, connect, root, args.override, args.security_protocol)
             with open(root / f"broker-{i}.log", "ab") as log:
                 procs[i] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -106,6 +153,8 @@ def run(args: Any) -> int:
         print(f"ZooKeeper   {zk.address} (zookeeper.connect={connect})")
         for i in procs:
             print(f"broker {i:<4} 127.0.0.1:{args.port + i - 1}  (log {root / f'broker-{i}.log'})")
+        if args.security_protocol != "PLAINTEXT":
+            print(f"security.protocol={args.security_protocol}")
         print("bootstrap.servers=" + ",".join(f"127.0.0.1:{args.port + i - 1}" for i in procs), flush=True)
         print("Ctrl-C stops them all.", flush=True)
         while True:

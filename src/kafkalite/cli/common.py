@@ -7,13 +7,44 @@ from collections.abc import Callable
 from typing import Any
 
 from kafkalite.client import KafkaClient, KafkaClientError
+from kafkalite.config.properties import read_properties
+from kafkalite.errors import InvalidConfigError
+from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_HELP = f"host:port of a broker to connect to (comma-separated list; default {DEFAULT_BOOTSTRAP})"
+COMMAND_CONFIG_HELP = ("a client properties file (Kafka's names: security.protocol, ssl.truststore.location, "
+                       "ssl.keystore.location, ...) for connecting to the broker")
 
 
 def add_bootstrap(p: Any) -> None:
     p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help=BOOTSTRAP_HELP)
+    add_command_config(p)
+
+
+def add_command_config(p: Any, flag: str = "--command-config") -> None:
+    """Kafka tools' option naming a client properties file; the console tools call it --producer.config /
+    --consumer.config, as Kafka's do."""
+    p.add_argument(flag, dest="command_config", metavar="FILE", help=COMMAND_CONFIG_HELP)
+
+
+def client_security(args: Any) -> ClientSecurity:
+    """How the tool connects: from --command-config (raises InvalidConfigError naming the file and key)."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return PLAINTEXT_CLIENT
+    return ClientSecurity.from_client_props(read_properties(path), where=path)
+
+
+def unreachable(args: Any, exc: OSError, option: str = "--command-config") -> str:
+    """The message for a broker that could not be spoken to. A TLS or SASL listener closes a plaintext client's
+    connection without a word, so when the tool connected in plaintext, say which option is missing (Kafka's
+    tools only time out there)."""
+    message = f"cannot reach the broker at {args.bootstrap_server}: {exc}"
+    if client_security(args).protocol == "PLAINTEXT" and "closed the connection" in str(exc):
+        message += (f" (a TLS or SASL listener closes plaintext connections: give {option} FILE with its "
+                    "security.protocol, ssl.* and sasl.* settings)")
+    return message
 
 
 class UsageError(ValueError):
@@ -23,8 +54,11 @@ class UsageError(ValueError):
 def with_client(args: Any, client_id: str, body: Callable[[KafkaClient], int]) -> int:
     """Run `body` with a connected client; broker errors and unreachable brokers become messages, exit 1."""
     try:
-        with KafkaClient(args.bootstrap_server, client_id=client_id) as client:
+        with KafkaClient(args.bootstrap_server, client_id=client_id, security=client_security(args)) as client:
             return body(client)
+    except InvalidConfigError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 2
     except UsageError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 2
@@ -32,7 +66,7 @@ def with_client(args: Any, client_id: str, body: Callable[[KafkaClient], int]) -
         print(f"Error: {exc}")
         return 1
     except OSError as exc:
-        print(f"Error: cannot reach the broker at {args.bootstrap_server}: {exc}")
+        print(f"Error: {unreachable(args, exc)}")
         return 1
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from kafkalite.cli.common import UsageError, add_bootstrap, with_client
-from kafkalite.client import KafkaClient, topics_of
+from kafkalite.client import KafkaClient, KafkaClientError, topics_of
+from kafkalite.protocol import ApiKey, ErrorCode
+from kafkalite.security.scram import DEFAULT_ITERATIONS, MECHANISM_IDS, MECHANISM_NAMES, new_salt, salted_password
 
-RESOURCE_TYPES = {"topics": 2, "brokers": 4}
+RESOURCE_TYPES = {"topics": 2, "brokers": 4, "users": -1}  # users: SCRAM credentials (APIs 50/51), no resource
 SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
            4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
            7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
@@ -17,13 +19,15 @@ OP_SET, OP_DELETE = 0, 1
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("configs", help="describe or alter topic and broker configs (like kafka-configs.sh)")
+    p = sub.add_parser("configs", help="describe or alter topic and broker configs and users' SCRAM credentials "
+                       "(like kafka-configs.sh)")
     add_bootstrap(p)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true")
     action.add_argument("--alter", action="store_true")
     p.add_argument("--entity-type", choices=sorted(RESOURCE_TYPES), required=True)
-    p.add_argument("--entity-name", help="topic name or broker id (--describe: default every topic / the broker)")
+    p.add_argument("--entity-name", help="topic name, broker id or user name (--describe: default every topic / "
+                   "the broker / every user)")
     p.add_argument("--entity-default", action="store_true", help="with brokers: the cluster-wide default")
     p.add_argument("--all", action="store_true", help="--describe every config, not only the dynamic ones")
     p.add_argument("--add-config", action="append", default=[], metavar="K=V,K2=[A,B]",
@@ -65,6 +69,8 @@ def run(args: Any) -> int:
 
 
 def _run(client: KafkaClient, args: Any) -> int:
+    if args.entity_type == "users":
+        return _run_users(client, args)
     rtype = RESOURCE_TYPES[args.entity_type]
     label = args.entity_type[:-1]
     if args.entity_default and args.entity_type != "brokers":
@@ -100,4 +106,67 @@ def _run(client: KafkaClient, args: Any) -> int:
             source = SOURCES.get(c.get("config_source", -1), "UNKNOWN")
             print(f"  {c['name']}={value} sensitive={str(bool(c.get('is_sensitive'))).lower()} "
                   f"synonyms={{{source}:{c['name']}={value}}}")
+    return 0
+
+
+def _scram_upsertion(user: str, mechanism: str, value: str) -> dict[str, Any]:
+    """`SCRAM-SHA-256=[iterations=8192,password=...]`: salted here, as Kafka's tool does, so the password never
+    leaves the client (the broker receives the salt and the salted password)."""
+    fields = dict(p.split("=", 1) for p in value.split(",") if "=" in p)
+    unknown = sorted(set(fields) - {"iterations", "password"})
+    if unknown or "password" not in fields:
+        raise UsageError(f"--add-config {mechanism}=[iterations=N,password=P] (iterations optional, default "
+                         f"{DEFAULT_ITERATIONS}), got {value!r}")
+    try:
+        iterations = int(fields.get("iterations", DEFAULT_ITERATIONS))
+    except ValueError:
+        raise UsageError(f"--add-config {mechanism}: iterations must be a number, got {fields['iterations']!r}"
+                         ) from None
+    salt = new_salt()
+    return {"name": user, "mechanism": MECHANISM_IDS[mechanism], "iterations": iterations, "salt": salt,
+            "salted_password": salted_password(mechanism, fields["password"], salt, iterations)}
+
+
+def _run_users(client: KafkaClient, args: Any) -> int:
+    """Users' SCRAM credentials through AlterUserScramCredentials / DescribeUserScramCredentials."""
+    if args.entity_default:
+        raise UsageError("--entity-default is only valid with --entity-type brokers")
+    if args.alter:
+        if not args.entity_name:
+            raise UsageError("--alter needs --entity-name")
+        upsertions = []
+        for text in args.add_config:
+            for k, v in parse_add_config(text):
+                if k not in MECHANISM_IDS:
+                    raise UsageError(f"user config {k} is not supported by kafkalite (only SCRAM credentials: "
+                                     f"{', '.join(MECHANISM_IDS)}; user quotas are not implemented)")
+                upsertions.append(_scram_upsertion(args.entity_name, k, v))
+        deletions = []
+        for text in args.delete_config:
+            for k in (k.strip() for k in text.split(",") if k.strip()):
+                if k not in MECHANISM_IDS:
+                    raise UsageError(f"user config {k} is not supported by kafkalite (only {', '.join(MECHANISM_IDS)})")
+                deletions.append({"name": args.entity_name, "mechanism": MECHANISM_IDS[k]})
+        if not upsertions and not deletions:
+            raise UsageError("--alter needs --add-config or --delete-config")
+        resp = client.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, {"deletions": deletions, "upsertions": upsertions})
+        for r in resp["results"]:
+            if r["error_code"]:
+                raise KafkaClientError(r["error_code"], r.get("error_message") or r["user"])
+        print(f"Completed updating config for user {args.entity_name}.")
+        return 0
+    if args.add_config or args.delete_config:
+        raise UsageError("--add-config and --delete-config go with --alter")
+    users = [{"name": args.entity_name}] if args.entity_name else None
+    resp = client.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": users})
+    if resp["error_code"]:
+        raise KafkaClientError(resp["error_code"], resp.get("error_message") or "DescribeUserScramCredentials")
+    for r in resp["results"]:
+        if r["error_code"] == ErrorCode.RESOURCE_NOT_FOUND:
+            continue  # as Kafka's tool: a user without credentials has nothing to show
+        if r["error_code"]:
+            raise KafkaClientError(r["error_code"], r.get("error_message") or r["user"])
+        creds = ", ".join(f"{MECHANISM_NAMES[c['mechanism']]}=iterations={c['iterations']}"
+                          for c in r["credential_infos"])
+        print(f"SCRAM credential configs for user-principal '{r['user']}' are {creds}")
     return 0

@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any
 
+from kafkalite.cli.common import add_command_config, client_security, unreachable
 from kafkalite.cli.console_props import (
     CONSUMER_PROPERTIES,
     PRODUCER_CLIENT_PROPERTIES,
@@ -22,6 +23,7 @@ from kafkalite.cli.console_props import (
 )
 from kafkalite.cli.group_member import GroupMember
 from kafkalite.client import KafkaClient, KafkaClientError
+from kafkalite.errors import InvalidConfigError
 from kafkalite.partitioner import partition_for_key
 from kafkalite.records import CompressionType, SimpleRecord, build_batch
 from kafkalite.records.batch import iter_batches
@@ -48,6 +50,7 @@ def add_parsers(sub: Any) -> None:
                    help="line reader setting: " + ", ".join(sorted(PRODUCER_PROPERTIES)))
     p.add_argument("--producer-property", action="append", default=[], metavar="NAME=VALUE",
                    help="producer setting: " + ", ".join(sorted(PRODUCER_CLIENT_PROPERTIES)))
+    add_command_config(p, "--producer.config")
     p.add_argument("--compression-codec", choices=sorted(CODECS), default="none")
     p.add_argument("--acks", choices=("-1", "0", "1", "all"), default="-1")
     p.add_argument("--batch-size", type=int, default=500, help="records per request")
@@ -62,6 +65,7 @@ def add_parsers(sub: Any) -> None:
     c.add_argument("--offset", help="where to start in --partition: earliest, latest or an offset (default latest)")
     c.add_argument("--from-beginning", action="store_true",
                    help="start at the log start when there is no committed offset (default: the end)")
+    add_command_config(c, "--consumer.config")
     c.add_argument("--group", help="consumer group to join; commits what was printed")
     c.add_argument("--max-messages", type=int, help="stop after this many records")
     c.add_argument("--timeout-ms", type=int, default=2000, help="stop after this long without new records")
@@ -137,12 +141,14 @@ def run_produce(args: Any) -> int:
     except (PropertyError, ValueError) as exc:
         return _fail(str(exc))
     try:
-        with KafkaClient(args.bootstrap_server, client_id=client_props.get("client.id", "console-producer")) as client:
+        security = client_security(args)
+        with KafkaClient(args.bootstrap_server, client_id=client_props.get("client.id", "console-producer"),
+                         security=security) as client:
             return _produce(client, args, reader, acks, CODECS[codec_name], max(1, batch_size))
-    except KafkaClientError as exc:
+    except (KafkaClientError, InvalidConfigError) as exc:
         return _fail(str(exc))
     except OSError as exc:
-        return _fail(f"cannot reach the broker at {args.bootstrap_server}: {exc}")
+        return _fail(unreachable(args, exc, "--producer.config"))
 
 
 def _produce(client: KafkaClient, args: Any, reader: LineReader, acks: int, codec: CompressionType,
@@ -253,7 +259,7 @@ def run_consume(args: Any) -> int:
     count = 0
     member = None
     try:
-        with KafkaClient(args.bootstrap_server, client_id="console-consumer") as client:
+        with KafkaClient(args.bootstrap_server, client_id="console-consumer", security=client_security(args)) as client:
             partitions = client.partition_count(args.topic)
             if args.partition is not None and not 0 <= args.partition < partitions:
                 return _fail(f"partition {args.partition} does not exist: {args.topic} has {partitions} partitions")
@@ -261,7 +267,7 @@ def run_consume(args: Any) -> int:
             if args.group:
                 host, port = client.find_coordinator(args.group)
                 if (host, port) != (client.host, client.port):
-                    coordinator = KafkaClient(f"{host}:{port}", client_id="console-consumer")
+                    coordinator = KafkaClient(f"{host}:{port}", client_id="console-consumer", security=client.security)
                 member = GroupMember(coordinator, args.group, [args.topic], "console-consumer")
             printed: dict[tuple[str, int], int] = {}  # next offset after what was printed, to commit
             try:
@@ -272,12 +278,12 @@ def run_consume(args: Any) -> int:
                     member.client.close()
                 if coordinator is not client:
                     coordinator.close()
-    except KafkaClientError as exc:
+    except (KafkaClientError, InvalidConfigError) as exc:
         return _fail(str(exc))
     except ValueError as exc:
         return _fail(str(exc))
     except OSError as exc:
-        return _fail(f"cannot reach the broker at {args.bootstrap_server}: {exc}")
+        return _fail(unreachable(args, exc, "--consumer.config"))
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return 0
 
@@ -312,7 +318,8 @@ def _commit_and_leave(member: GroupMember, printed: dict[tuple[str, int], int]) 
         return
     try:
         if member.client.broken:
-            member.client = KafkaClient(member.client.address, client_id=member.client_id)
+            member.client = KafkaClient(member.client.address, client_id=member.client_id,
+                                        security=member.client.security)
         member.commit(printed)
     except (OSError, KafkaClientError) as exc:
         print(f"Warning: offsets of what was printed were not committed: {exc}", file=sys.stderr)

@@ -7,7 +7,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from kafkalite.cli.common import UsageError, with_client
+from kafkalite.cli.common import UsageError, add_command_config, with_client
 from kafkalite.client import KafkaClient, KafkaClientError
 from kafkalite.coordinator import compute_lag
 from kafkalite.coordinator.consumer_protocol import decode_assignment
@@ -20,6 +20,7 @@ def add_parser(sub: Any) -> None:
                                       "(like kafka-consumer-groups.sh)")
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092",
                    help="host:port of a broker to connect to (comma-separated list; default 127.0.0.1:9092)")
+    add_command_config(p)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true")
     action.add_argument("--describe", action="store_true")

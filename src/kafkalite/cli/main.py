@@ -8,6 +8,7 @@ import sys
 
 from kafkalite import __version__
 from kafkalite.cli import (
+    acls,
     cluster,
     configs,
     console,
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_parser(sub)
     console.add_parsers(sub)
     configs.add_parser(sub)
+    acls.add_parser(sub)
     get_offsets.add_parser(sub)
     delete_records.add_parser(sub)
     log_dirs.add_parser(sub)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+from kafkalite.cli.common import add_command_config, client_security, unreachable
 from kafkalite.client import KafkaClient, KafkaClientError, topics_of
+from kafkalite.errors import InvalidConfigError
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("topics", help="manage topics on a running broker (like kafka-topics.sh)")
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092",
                    help="host:port of a broker to connect to (comma-separated list; default 127.0.0.1:9092)")
+    add_command_config(p)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--create", action="store_true")
     action.add_argument("--delete", action="store_true")
@@ -29,13 +33,16 @@ def add_parser(sub: Any) -> None:
 
 def run(args: Any) -> int:
     try:
-        with KafkaClient(args.bootstrap_server, client_id="kafkalite-topics") as client:
+        with KafkaClient(args.bootstrap_server, client_id="kafkalite-topics", security=client_security(args)) as client:
             return _run(client, args)
+    except InvalidConfigError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 2
     except KafkaClientError as exc:
         print(f"Error: {exc}")
         return 1
     except (ConnectionError, OSError) as exc:
-        print(f"Error: cannot reach the broker at {args.bootstrap_server}: {exc}")
+        print(f"Error: {unreachable(args, exc)}")
         return 1
 
 

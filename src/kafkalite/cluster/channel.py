@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,10 @@ from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity, open_
 log = logging.getLogger("kafkalite.cluster.channel")
 
 CLIENT_ID = "kafkalite-controller"
+# The client id of the controller's requests to its own broker: random per process, so only this process can
+# send it. The broker's authorizer lets these through (docs/security-acl.md): a broker is its own controller
+# whatever its inter-broker principal, and a single broker on PLAINTEXT has no principal of its own.
+SELF_CLIENT_ID = f"{CLIENT_ID}-self-{secrets.token_hex(16)}"
 RETRY_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 1.0
 REQUEST_TIMEOUT_S = 30.0
@@ -39,8 +44,10 @@ class _Pending:
 class BrokerChannel:
     """The queue and sender task for one broker."""
 
-    def __init__(self, broker_id: int, host: str, port: int, security: ClientSecurity = PLAINTEXT_CLIENT) -> None:
+    def __init__(self, broker_id: int, host: str, port: int, security: ClientSecurity = PLAINTEXT_CLIENT,
+                 client_id: str = CLIENT_ID) -> None:
         self.security = security
+        self.client_id = client_id
         self.broker_id = broker_id
         self.host = host
         self.port = port
@@ -71,7 +78,7 @@ class BrokerChannel:
     async def _exchange(self, item: _Pending) -> dict[str, Any]:
         assert self._reader is not None and self._writer is not None
         cid = next(self._correlation)
-        self._writer.write(encode_request(item.api_key, item.version, cid, CLIENT_ID, item.body))
+        self._writer.write(encode_request(item.api_key, item.version, cid, self.client_id, item.body))
         await self._writer.drain()
         size = int.from_bytes(await self._reader.readexactly(4), "big")
         frame = await self._reader.readexactly(size)
@@ -126,9 +133,10 @@ class BrokerChannel:
 class ControllerChannels:
     """Senders to every live broker, added and removed as brokers join and leave."""
 
-    def __init__(self, security: ClientSecurity = PLAINTEXT_CLIENT) -> None:
+    def __init__(self, security: ClientSecurity = PLAINTEXT_CLIENT, self_id: int = -1) -> None:
         self.channels: dict[int, BrokerChannel] = {}
         self.security = security
+        self.self_id = self_id  # the controller's own broker: its requests carry SELF_CLIENT_ID
 
     def add(self, broker_id: int, host: str, port: int) -> None:
         old = self.channels.get(broker_id)
@@ -136,7 +144,8 @@ class ControllerChannels:
             return
         if old is not None:
             old.abort()
-        self.channels[broker_id] = BrokerChannel(broker_id, host, port, self.security)
+        self.channels[broker_id] = BrokerChannel(broker_id, host, port, self.security,
+                                                 SELF_CLIENT_ID if broker_id == self.self_id else CLIENT_ID)
 
     async def remove(self, broker_id: int) -> None:
         ch = self.channels.pop(broker_id, None)

@@ -43,6 +43,7 @@ LEADER_AND_ISR_VERSION = 6
 UPDATE_METADATA_VERSION = 7
 STOP_REPLICA_VERSION = 3
 NO_LEADER = -1
+PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}  # Kafka's SecurityProtocol ids
 LEADER_DURING_DELETE = -2  # Kafka's LeaderAndIsr.LeaderDuringDelete: UpdateMetadata's "partition removed"
 EPOCH_DURING_DELETE = -2
 
@@ -92,7 +93,7 @@ class Controller:
         self.live: dict[int, BrokerRegistration] = {}
         self.assignments: dict[str, TopicAssignment] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
-        self.channels = ControllerChannels(self.settings.security)
+        self.channels = ControllerChannels(self.settings.security, self_id=broker_id)
         self._queue: asyncio.Queue[Event] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._watching = False
@@ -804,7 +805,8 @@ class Controller:
             a = self.assignments.get(tp[0]) or (d.assignment if d else None)
             ids[tp[0]] = a.topic_id if a else uuid.UUID(int=0)
         brokers = [{"id": b, "endpoints": [{"port": e.port, "host": e.host, "listener": e.listener,
-                                            "security_protocol": 0} for e in r.endpoints], "rack": r.rack}
+                                            "security_protocol": PROTOCOL_IDS.get(e.security_protocol, 0)}
+                                           for e in r.endpoints], "rack": r.rack}
                    for b, r in sorted(self.live.items())]
         for b, reg in targets.items():
             body = {"controller_id": self.broker_id, "controller_epoch": lease.epoch, "broker_epoch": reg.epoch,

@@ -18,10 +18,21 @@ LEADER_DURING_DELETE = -2
 
 @dataclass(frozen=True, slots=True)
 class CachedBroker:
+    """A live broker: `host`/`port` on the inter-broker listener (what this broker connects to), and every
+    advertised endpoint by listener name (what a client is told: the one of the listener it arrived on)."""
+
     broker_id: int
     host: str
     port: int
     rack: str | None
+    endpoints: tuple[tuple[str, str, int], ...] = ()  # (listener, host, port)
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """The endpoint for `listener`, None when the broker has no such listener (Kafka then leaves it out)."""
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +69,8 @@ class MetadataCache:
             eps = b.get("endpoints") or [{"host": b.get("v0_host", ""), "port": b.get("v0_port", -1),
                                           "listener": "PLAINTEXT"}]
             ep = next((e for e in eps if e.get("listener", "PLAINTEXT") == self.listener), eps[0])
-            brokers[b["id"]] = CachedBroker(b["id"], ep["host"], ep["port"], b.get("rack"))
+            brokers[b["id"]] = CachedBroker(b["id"], ep["host"], ep["port"], b.get("rack"), tuple(
+                (e.get("listener", "PLAINTEXT"), e["host"], e["port"]) for e in eps))
         self.brokers = brokers
         grouped = [(t["topic_name"], t.get("topic_id"), t["partition_states"]) for t in body.get("topic_states", [])]
         for s in body.get("ungrouped_partition_states", []):

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kafkalite.cluster.znodes import BrokerRegistration, PartitionState, ProducerIdBlock, TopicAssignment
+from kafkalite.security.acl import AclEntry, ResourcePattern
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,41 @@ class ClusterStore(ABC):
     @abstractmethod
     async def set_topic_config(self, topic: str, configs: Mapping[str, str]) -> None:
         """Write the config and a change notification every broker watches."""
+
+    # --- ACLs (Kafka's /kafka-acl and /kafka-acl-extended layout, change notifications beside them) -----------
+
+    @abstractmethod
+    async def all_acls(self) -> dict[ResourcePattern, frozenset[AclEntry]]:
+        """Every resource pattern's ACLs (a broker's start-up load)."""
+
+    @abstractmethod
+    async def resource_acls(self, pattern: ResourcePattern) -> tuple[frozenset[AclEntry], int]:
+        """One pattern's ACLs and the version of their record (-1 when it has none)."""
+
+    @abstractmethod
+    async def set_resource_acls(self, pattern: ResourcePattern, entries: frozenset[AclEntry],
+                                expected_version: int) -> bool:
+        """Replace a pattern's ACLs if their record is still at `expected_version` (-1: absent); an empty set
+        removes the record. Then a change notification every broker watches. False (nothing written) when the
+        record changed meanwhile: re-read and retry."""
+
+    @abstractmethod
+    async def purge_acl_changes(self, path: str, older_than_ms: int) -> int:
+        """Delete the change notifications under `path` made more than `older_than_ms` ago (Kafka's
+        ZkNodeChangeNotificationListener purge); returns how many. A store without creation times (the single
+        broker's, where this broker is the only reader) treats every notification as old."""
+
+    @abstractmethod
+    async def users(self) -> list[str]:
+        """Users with an entity config (/config/users children): their SCRAM credentials."""
+
+    @abstractmethod
+    async def user_config(self, user: str) -> dict[str, str]:
+        """A user's entity config ({} when none): SCRAM-SHA-256/512 -> Kafka's credential text."""
+
+    @abstractmethod
+    async def set_user_config(self, user: str, configs: Mapping[str, str]) -> None:
+        """Replace a user's config and write a change notification (`users/<user>`) every broker watches."""
 
     # --- producer ids ------------------------------------------------------------------------------
 

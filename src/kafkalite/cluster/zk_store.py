@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,6 +36,7 @@ from kafkalite.cluster import znodes as z
 from kafkalite.cluster.store import ChildrenCallback, ClusterStore, ControllerLease, DataCallback
 from kafkalite.cluster.znodes import BrokerRegistration, PartitionState, ProducerIdBlock, TopicAssignment
 from kafkalite.errors import KafkaliteError, NotControllerError, TopicAlreadyExistsError
+from kafkalite.security.acl import AclEntry, PatternType, ResourcePattern, ResourceType
 
 log = logging.getLogger("kafkalite.cluster.zk")
 
@@ -445,6 +447,104 @@ class ZkStore(ClusterStore):
             except NoNodeError:
                 self.zk.create(path, z.encode_topic_config(configs), makepath=True)
             self.zk.create(f"{z.CONFIG_CHANGES}/{z.CONFIG_CHANGE_PREFIX}", z.encode_config_change(topic),
+                           sequence=True)
+        await self._run(run)
+
+    # --- ACLs ----------------------------------------------------------------------------------------
+
+    async def all_acls(self) -> dict[ResourcePattern, frozenset[AclEntry]]:
+        def run() -> dict[ResourcePattern, frozenset[AclEntry]]:
+            out: dict[ResourcePattern, frozenset[AclEntry]] = {}
+            for pattern_type in (PatternType.LITERAL, PatternType.PREFIXED):
+                for rtype in ResourceType:
+                    if rtype in (ResourceType.UNKNOWN, ResourceType.ANY):
+                        continue
+                    parent = z.acl_type_path(pattern_type, rtype)
+                    try:
+                        names = self.zk.get_children(parent)
+                    except NoNodeError:
+                        continue
+                    for name in names:
+                        pattern = ResourcePattern(rtype, name, pattern_type)
+                        try:
+                            data, _ = self.zk.get(f"{parent}/{name}")
+                        except NoNodeError:
+                            continue
+                        entries = z.decode_acls(f"{parent}/{name}", data)
+                        if entries:
+                            out[pattern] = entries
+            return out
+        return await self._run(run)
+
+    async def resource_acls(self, pattern: ResourcePattern) -> tuple[frozenset[AclEntry], int]:
+        def run() -> tuple[frozenset[AclEntry], int]:
+            path = z.acl_path(pattern)
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                return frozenset(), -1
+            return z.decode_acls(path, data), stat.version
+        return await self._run(run)
+
+    async def set_resource_acls(self, pattern: ResourcePattern, entries: frozenset[AclEntry],
+                                expected_version: int) -> bool:
+        def run() -> bool:
+            path = z.acl_path(pattern)
+            try:
+                if expected_version < 0:
+                    if not entries:
+                        return True
+                    self.zk.create(path, z.encode_acls(sorted(entries)), makepath=True)
+                elif entries:
+                    self.zk.set(path, z.encode_acls(sorted(entries)), version=expected_version)
+                else:
+                    self.zk.delete(path, version=expected_version)
+            except (NodeExistsError, NoNodeError, BadVersionError):
+                return False
+            self.zk.create(f"{z.acl_change_dir(pattern.pattern_type)}/{z.ACL_CHANGE_PREFIX}",
+                           z.encode_acl_change(pattern), sequence=True, makepath=True)
+            return True
+        return bool(await self._run(run))
+
+    async def purge_acl_changes(self, path: str, older_than_ms: int) -> int:
+        def run() -> int:
+            cutoff = time.time() * 1000 - older_than_ms
+            purged = 0
+            for child in self.zk.get_children(path):
+                node = f"{path}/{child}"
+                stat = self.zk.exists(node)
+                if stat is not None and stat.ctime < cutoff:
+                    with contextlib.suppress(NoNodeError):
+                        self.zk.delete(node)
+                        purged += 1
+            return purged
+        return int(await self._run(run))
+
+    async def users(self) -> list[str]:
+        def run() -> list[str]:
+            try:
+                return sorted(self.zk.get_children(z.CONFIG_USERS))
+            except NoNodeError:
+                return []
+        return await self._run(run)
+
+    async def user_config(self, user: str) -> dict[str, str]:
+        def run() -> dict[str, str]:
+            try:
+                data, _ = self.zk.get(z.user_config_path(user))
+            except NoNodeError:
+                return {}
+            return z.decode_user_config(user, data) if data else {}
+        return await self._run(run)
+
+    async def set_user_config(self, user: str, configs: Mapping[str, str]) -> None:
+        def run() -> None:
+            path = z.user_config_path(user)
+            try:
+                self.zk.set(path, z.encode_topic_config(configs))
+            except NoNodeError:
+                self.zk.create(path, z.encode_topic_config(configs), makepath=True)
+            self.zk.create(f"{z.CONFIG_CHANGES}/{z.CONFIG_CHANGE_PREFIX}", z.encode_config_change(user, "users"),
                            sequence=True)
         await self._run(run)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkalite.errors import KafkaliteError
+from kafkalite.security.acl import AclEntry, AclOperation, AclPermission, PatternType, ResourcePattern, ResourceType
 from kafkalite.storage.checkpoint import uuid_from_base64, uuid_to_base64
 
 BROKER_IDS = "/brokers/ids"
@@ -23,6 +24,7 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
+CONFIG_USERS = "/config/users"  # SCRAM credentials (and Kafka's user quotas), one znode per user
 CONFIG_CHANGE_PREFIX = "config_change_"
 DELETE_TOPICS = "/admin/delete_topics"
 ISR_CHANGE = "/isr_change_notification"
@@ -30,13 +32,18 @@ ISR_CHANGE_PREFIX = "isr_change_"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 LOG_DIR_EVENTS = "/log_dir_event_notification"
 CLUSTER_ID = "/cluster/id"
+ACLS = "/kafka-acl"  # literal patterns: /kafka-acl/<ResourceType>/<name>
+ACLS_EXTENDED = "/kafka-acl-extended"  # others: /kafka-acl-extended/prefixed/<ResourceType>/<name>
+ACL_CHANGES = "/kafka-acl-changes"  # acl_changes_<seq>: "<RESOURCE_TYPE>:<name>" of a changed literal pattern
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"  # acl_changes_<seq>: JSON naming a changed pattern
+ACL_CHANGE_PREFIX = "acl_changes_"
 PRODUCER_ID_BLOCK_SIZE = 1000
 
 # Kafka creates these at start-up (ZkData.PersistentZkPaths) so watches and children reads always work.
 PERSISTENT_PATHS = (
     "/consumers", BROKER_IDS, BROKER_TOPICS, BROKER_SEQID, CONFIG_CHANGES, DELETE_TOPICS, ISR_CHANGE,
     LATEST_PRODUCER_ID_BLOCK, LOG_DIR_EVENTS, CONFIG_TOPICS, "/config/clients", "/config/users",
-    "/config/brokers", "/config/ips",
+    "/config/brokers", "/config/ips", ACLS, ACLS_EXTENDED, ACL_CHANGES, ACL_EXTENDED_CHANGES,
 )
 
 
@@ -66,6 +73,10 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def user_config_path(user: str) -> str:
+    return f"{CONFIG_USERS}/{user}"
 
 
 def delete_topic_path(topic: str) -> str:
@@ -120,9 +131,12 @@ class BrokerRegistration:
         return self.endpoints[0]
 
     def encode(self) -> bytes:
-        first = next((e for e in self.endpoints if e.security_protocol == "PLAINTEXT"), self.endpoints[0])
+        # the legacy host/port name a PLAINTEXT endpoint only (null, -1 without one, as Kafka writes them): old
+        # readers of these two fields connect in plaintext
+        plain = next((e for e in self.endpoints if e.security_protocol == "PLAINTEXT"), None)
         doc: dict[str, Any] = {
-            "version": 5, "host": first.host, "port": first.port, "jmx_port": -1, "timestamp": _now_ms(),
+            "version": 5, "host": plain.host if plain else None, "port": plain.port if plain else -1, "jmx_port": -1,
+            "timestamp": _now_ms(),
             "endpoints": [f"{e.listener}://{e.host}:{e.port}" for e in self.endpoints],
             "listener_security_protocol_map": {e.listener: e.security_protocol for e in self.endpoints},
             "features": {},
@@ -248,8 +262,18 @@ def decode_topic_config(topic: str, data: bytes) -> dict[str, str]:
     return {str(k): str(v) for k, v in cfg.items()}
 
 
-def encode_config_change(topic: str) -> bytes:
-    return _dump({"version": 2, "entity_path": f"topics/{topic}"})
+def encode_config_change(name: str, entity_type: str = "topics") -> bytes:
+    """Kafka's /config/changes/config_change_<seq> notification (version 2): `<entity type>/<name>`."""
+    return _dump({"version": 2, "entity_path": f"{entity_type}/{name}"})
+
+
+def decode_user_config(user: str, data: bytes) -> dict[str, str]:
+    """/config/users/<user>: `{"version":1,"config":{"SCRAM-SHA-256":"salt=...,...,iterations=4096"}}`."""
+    path = user_config_path(user)
+    cfg = _load(path, data).get("config", {})
+    if not isinstance(cfg, dict):
+        raise ZnodeFormatError(f"{path} is malformed: 'config' is not an object")
+    return {str(k): str(v) for k, v in cfg.items()}
 
 
 def decode_config_change(path: str, data: bytes) -> tuple[str, str]:
@@ -321,3 +345,62 @@ def decode_cluster_id(data: bytes) -> str:
 
 def new_cluster_id() -> str:
     return topic_id_to_str(uuid.uuid4())
+
+
+# --- ACLs (Kafka's ZkAclStore, ResourceZNode, AclEntry JSON, LiteralAclChangeStore / ExtendedAclChangeStore) ---
+
+def acl_type_path(pattern_type: PatternType, resource_type: ResourceType) -> str:
+    root = ACLS if pattern_type == PatternType.LITERAL else f"{ACLS_EXTENDED}/{pattern_type.name.lower()}"
+    return f"{root}/{resource_type.title}"
+
+
+def acl_path(pattern: ResourcePattern) -> str:
+    return f"{acl_type_path(pattern.pattern_type, pattern.resource_type)}/{pattern.name}"
+
+
+def acl_change_dir(pattern_type: PatternType) -> str:
+    return ACL_CHANGES if pattern_type == PatternType.LITERAL else ACL_EXTENDED_CHANGES
+
+
+def encode_acls(entries: Sequence[AclEntry]) -> bytes:
+    return _dump({"version": 1, "acls": [{"principal": e.principal, "permissionType": e.permission.title,
+                                          "operation": e.operation.title, "host": e.host} for e in entries]})
+
+
+def _enum_by_title(enum_cls: Any, text: Any) -> Any:
+    key = str(text).replace("_", "").upper()
+    for m in enum_cls:
+        if m.name.replace("_", "") == key:
+            return m
+    raise ValueError(f"unknown {enum_cls.__name__} {text!r}")
+
+
+def decode_acls(path: str, data: bytes) -> frozenset[AclEntry]:
+    doc = _load(path, data)
+    try:
+        return frozenset(AclEntry(str(a["principal"]), str(a["host"]), _enum_by_title(AclOperation, a["operation"]),
+                                  _enum_by_title(AclPermission, a["permissionType"])) for a in doc.get("acls", []))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _bad(path, exc) from None
+
+
+def encode_acl_change(pattern: ResourcePattern) -> bytes:
+    if pattern.pattern_type == PatternType.LITERAL:
+        return f"{pattern.resource_type.name}:{pattern.name}".encode()
+    return _dump({"version": 1, "resourceType": pattern.resource_type.name, "name": pattern.name,
+                  "patternType": pattern.pattern_type.name})
+
+
+def decode_acl_change(path: str, data: bytes) -> ResourcePattern:
+    """The resource pattern a change notification names (either change directory's format)."""
+    try:
+        if path.startswith(ACL_EXTENDED_CHANGES + "/"):
+            doc = _load(path, data)
+            return ResourcePattern(_enum_by_title(ResourceType, doc["resourceType"]), str(doc["name"]),
+                                   _enum_by_title(PatternType, doc["patternType"]))
+        kind, sep, name = data.decode("utf-8").partition(":")
+        if not sep:
+            raise ValueError(f"expected ResourceType:name, got {data!r}")
+        return ResourcePattern(_enum_by_title(ResourceType, kind), name, PatternType.LITERAL)
+    except (KeyError, UnicodeDecodeError, ValueError) as exc:
+        raise _bad(path, exc) from None

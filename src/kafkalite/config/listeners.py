@@ -1,8 +1,7 @@
 """`listeners` / `advertised.listeners` and the security protocol each listener speaks.
 
-Kafka maps a listener's name to a protocol through `listener.security.protocol.map`; kafkalite speaks only
-PLAINTEXT, so a listener that maps to SSL or SASL must stop the broker rather than serve plaintext under a
-name that promises encryption.
+Kafka maps a listener's name to a protocol through `listener.security.protocol.map`; kafkalite speaks all
+four of Kafka's protocols (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from kafkalite.errors import InvalidConfigError
 DEFAULT_PORT = 9092
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
-NOT_IMPLEMENTED = "TLS, SASL and ACLs are not implemented in kafkalite yet; use PLAINTEXT listeners"
+NOT_IMPLEMENTED = "kafkalite does not implement this security protocol"
 _LISTENER = re.compile(r"^(?:(?P<name>[A-Za-z0-9_]+)://)?(?P<host>\[[^\]]*\]|[^:]*):(?P<port>-?\d+)$")
 
 
@@ -65,7 +64,7 @@ def parse_protocol_map(value: str) -> dict[str, str]:
 
 
 # The protocols a listener may speak today; the others are refused by name rather than served as plaintext.
-IMPLEMENTED_PROTOCOLS = frozenset({"PLAINTEXT"})
+IMPLEMENTED_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 
 
 def check_protocols(listeners: list[Listener], protocol_map: dict[str, str], key: str) -> None:

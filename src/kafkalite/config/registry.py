@@ -11,7 +11,9 @@ this table rather than keeping their own. The `log.*` topic defaults are derived
 - "used": read by kafkalite;
 - "none": a Kafka key we recognise but that changes nothing in kafkalite (a single broker, one asyncio loop,
   features not built yet): setting it logs a WARNING naming it and why.
-Security keys (TLS, SASL, ACLs) are refused outright: see `security_refusals`.
+TLS keys (`ssl.*`, also per listener as `listener.name.<name>.ssl.*`) are real (security/tls.py reads them),
+as is the ACL authorizer (security/acl.py); SASL keys are refused outright until implemented, as is any
+`ssl.*` key kafkalite cannot honour: see `security_refusals`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafkalite.config.listeners import DEFAULT_PORT, NOT_IMPLEMENTED
+from kafkalite.config.listeners import DEFAULT_PORT, IMPLEMENTED_PROTOCOLS, NOT_IMPLEMENTED
+from kafkalite.errors import InvalidConfigError
 from kafkalite.storage.log_config import (
     BROKER_UNIT_KEYS,
     BROKER_UNIT_MINIMUM,
@@ -38,6 +41,12 @@ from kafkalite.storage.log_config import (
 
 DEFAULT_DATA_DIR = "kafkalite-data"
 COMPRESSION_CODECS = (0, 1, 2, 3, 4)  # none, gzip, snappy, lz4, zstd
+TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")  # what ssl.enabled.protocols may name (Kafka's default list)
+# ssl.* keys Kafka has that kafkalite cannot honour: refused when set rather than ignored.
+SSL_REFUSED = {
+    "ssl.engine.factory.class": "TLS is Python's ssl module (OpenSSL); no pluggable SSL engine",
+    "ssl.provider": "TLS is Python's ssl module (OpenSSL); no JCA security provider",
+}
 
 
 def _any(_: Any) -> str | None:
@@ -48,8 +57,38 @@ def _codec(v: Any) -> str | None:
     return None if v in COMPRESSION_CODECS else "0 (none), 1 (gzip), 2 (snappy), 3 (lz4) or 4 (zstd)"
 
 
-def _plaintext(v: Any) -> str | None:
-    return None if v.upper() == "PLAINTEXT" else NOT_IMPLEMENTED
+def _inter_broker_protocol(v: Any) -> str | None:
+    return None if v.upper() in IMPLEMENTED_PROTOCOLS else f"{v} between brokers: {NOT_IMPLEMENTED}"
+
+
+def _one_of(*allowed: str) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        return None if str(v).lower() in allowed else f"Value must be one of {', '.join(allowed)}"
+    return check
+
+
+def _tls_versions(v: Any) -> str | None:
+    bad = [p for p in v if p not in TLS_VERSIONS]
+    return f"{', '.join(bad)}: supported are {', '.join(TLS_VERSIONS)}" if bad else None
+
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # what kafkalite's authenticator speaks
+SASL_REFUSED = ("GSSAPI", "OAUTHBEARER")  # Kafka's other built-in mechanisms: refused by name
+
+
+def _sasl_mechanisms(v: Any) -> str | None:
+    """sasl.enabled.mechanisms: the list is only checked when a SASL listener uses it (Kafka's default GSSAPI
+    is harmless on a PLAINTEXT broker); here only the names must be known."""
+    return None
+
+
+def _sasl_mechanism(v: Any) -> str | None:
+    name = str(v).strip().upper()
+    if name in SASL_MECHANISMS:
+        return None
+    if name in SASL_REFUSED:
+        return f"SASL mechanism {name} is not supported by kafkalite (supported: {', '.join(SASL_MECHANISMS)})"
+    return f"unknown SASL mechanism {name} (supported: {', '.join(SASL_MECHANISMS)})"
 
 
 def _ibp(v: Any) -> str | None:
@@ -67,6 +106,20 @@ def _load_factor(v: Any) -> str | None:
 
 def _positive(v: Any) -> str | None:
     return None if v > 0 else "Value must be above 0"
+
+
+# authorizer.class.name values that select kafkalite's ACL authorizer (security/acl.py): its own class name
+# and the names of Kafka's two ACL authorizers, so a Kafka server.properties keeps working unchanged.
+AUTHORIZER_OWN_CLASS = "kafkalite.security.acl.AclAuthorizer"
+AUTHORIZER_CLASSES = frozenset({AUTHORIZER_OWN_CLASS, "kafka.security.authorizer.AclAuthorizer",
+                                "org.apache.kafka.metadata.authorizer.StandardAuthorizer"})
+
+
+def _authorizer(v: Any) -> str | None:
+    if not str(v).strip() or str(v).strip() in AUTHORIZER_CLASSES:
+        return None
+    return f"Unknown authorizer class {str(v).strip()}: kafkalite provides one ACL authorizer, selected by " \
+        f"{', '.join(sorted(AUTHORIZER_CLASSES))}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +150,27 @@ _BROKER: tuple[BrokerKey, ...] = (
     _k("advertised.listeners", "str", "", "addresses given to clients in Metadata (default: listeners)"),
     _k("listener.security.protocol.map", "str",
        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-       "listener name -> security protocol (only PLAINTEXT is implemented)"),
-    _k("security.inter.broker.protocol", "str", "PLAINTEXT", "protocol between brokers (only PLAINTEXT)",
-       _plaintext),
-    _k("authorizer.class.name", "str", "", "ACL authorizer (not implemented: must stay empty)"),
+       "listener name -> security protocol"),
+    _k("security.inter.broker.protocol", "str", "PLAINTEXT", "protocol between brokers (the listener of that "
+       "name, when inter.broker.listener.name is not set)", _inter_broker_protocol),
+    _k("authorizer.class.name", "str", "", "the authorizer: kafkalite's ACL authorizer (its own name, or Kafka's "
+       "kafka.security.authorizer.AclAuthorizer / org.apache.kafka.metadata.authorizer.StandardAuthorizer); "
+       "empty: none, every request allowed", _authorizer),
+    _k("super.users", "str", "", "principals allowed everything, separated by ';' (User:admin;User:broker)"),
+    _k("allow.everyone.if.no.acl.found", "bool", False, "allow every principal on a resource without ACLs"),
+    # SASL (security/sasl.py); per-listener forms listener.name.<l>.<key> and, for JAAS,
+    # listener.name.<l>.<mechanism>.sasl.jaas.config (see `listener_override_base`)
+    _k("sasl.enabled.mechanisms", "list", ("GSSAPI",), "SASL mechanisms a SASL_* listener offers (PLAIN, "
+       "SCRAM-SHA-256, SCRAM-SHA-512; Kafka's default GSSAPI, and OAUTHBEARER, are refused on a SASL listener)",
+       _sasl_mechanisms),
+    _k("sasl.mechanism.inter.broker.protocol", "str", "GSSAPI", "the SASL mechanism brokers log in to each other "
+       "with over a SASL_* inter-broker listener"),
+    _k("sasl.jaas.config", "str", "", "JAAS login module text: PlainLoginModule with the broker's own "
+       "username/password and user_<name>=\"<password>\" entries; ScramLoginModule with username/password"),
+    _k("sasl.server.max.receive.size", "int", 524288, "largest frame accepted before SASL authentication",
+       at_least(1)),
+    _k("connections.max.reauth.ms", "long", 0, "SASL session lifetime: a connection must re-authenticate "
+       "within it (0: sessions do not expire)", at_least(0)),
     _k("socket.request.max.bytes", "int", 104857600, "largest request accepted", at_least(1)),
     _k("connections.max.idle.ms", "long", 600000, "close connections idle this long", at_least(1)),
     _k("fetch.max.bytes", "int", 57671680, "most bytes one fetch response returns", at_least(0)),
@@ -108,6 +178,29 @@ _BROKER: tuple[BrokerKey, ...] = (
        "to (default: the one named as security.inter.broker.protocol)"),
     _k("inter.broker.protocol.version", "str", "3.6", "protocol between brokers: below 2.7 followers truncate "
        "through OffsetsForLeaderEpoch instead of the Fetch response (KIP-595's truncate-on-fetch)", _ibp),
+    # TLS (security/tls.py), also per listener as listener.name.<name>.<key>; Kafka's defaults
+    _k("ssl.keystore.type", "str", "JKS", "PEM or PKCS12 (JKS: a PKCS12 file is read, a JKS file refused)",
+       _one_of("jks", "pkcs12", "pem")),
+    _k("ssl.keystore.location", "str", "", "keystore file: PKCS12, or PEM with the key and certificate chain"),
+    _k("ssl.keystore.password", "str", "", "password of the keystore file"),
+    _k("ssl.key.password", "str", "", "password of the private key (PKCS12 entry, encrypted PEM key)"),
+    _k("ssl.keystore.certificate.chain", "str", "", "the certificate chain inline as PEM (ssl.keystore.type=PEM)"),
+    _k("ssl.keystore.key", "str", "", "the private key inline as PEM (ssl.keystore.type=PEM)"),
+    _k("ssl.truststore.type", "str", "JKS", "PEM or PKCS12 (JKS: a PKCS12 file is read, a JKS file refused)",
+       _one_of("jks", "pkcs12", "pem")),
+    _k("ssl.truststore.location", "str", "", "trusted CA certificates: a PEM or PKCS12 file"),
+    _k("ssl.truststore.password", "str", "", "password of the truststore file"),
+    _k("ssl.truststore.certificates", "str", "", "trusted certificates inline as PEM (ssl.truststore.type=PEM)"),
+    _k("ssl.client.auth", "str", "none", "client certificates: none, requested or required",
+       _one_of("none", "requested", "required")),
+    _k("ssl.enabled.protocols", "list", ("TLSv1.2", "TLSv1.3"), "TLS versions accepted", _tls_versions),
+    _k("ssl.protocol", "str", "TLSv1.3", "the highest TLS version used (TLS, TLSv1.2 or TLSv1.3)",
+       _one_of("tls", "tlsv1.2", "tlsv1.3")),
+    _k("ssl.cipher.suites", "list", (), "cipher suites (IANA or OpenSSL names; empty: OpenSSL's defaults)"),
+    _k("ssl.endpoint.identification.algorithm", "str", "https", "https: a client checks the broker's certificate "
+       "names the host it connects to; empty: no check", _one_of("https", "")),
+    _k("ssl.principal.mapping.rules", "str", "DEFAULT", "client certificate -> principal (only DEFAULT: User:<DN>)",
+       _one_of("default")),
     # replication: the follower side (broker/replica_fetcher.py)
     _k("num.replica.fetchers", "int", 1, "fetcher tasks per source broker (only 1: one asyncio task each)",
        at_least(1)),
@@ -218,6 +311,11 @@ _NO_EFFECT: tuple[BrokerKey, ...] = (
     _none("metric.reporters", "metrics are not exported yet"),
     _none("log.dir.failure.timeout.ms", "a failed data dir stops the broker"),
     _none("producer.id.expiration.ms", "producer ids are kept with the producer state snapshots"),
+    _none("ssl.keymanager.algorithm", "keys are loaded by OpenSSL, not a Java KeyManagerFactory"),
+    _none("ssl.trustmanager.algorithm", "certificates are checked by OpenSSL, not a Java TrustManagerFactory"),
+    _none("ssl.secure.random.implementation", "OpenSSL's random generator is used"),
+    _none("ssl.allow.dn.changes", "keystores are not reloaded at run time"),
+    _none("ssl.allow.san.changes", "keystores are not reloaded at run time"),
 )
 
 
@@ -253,7 +351,11 @@ def parse(name: str, raw: object) -> Any:
     """`raw` as the key's type, checked by its rule; errors say "Invalid value X for configuration K: why"."""
     key = KEYS[name]
     if key.kind == "list" and key.topic is None:
-        return [p.strip() for p in str(raw).split(",") if p.strip()]
+        items = [p.strip() for p in str(raw).split(",") if p.strip()]
+        why = key.validate(items)
+        if why:
+            raise InvalidConfigError(f"Invalid value {raw} for configuration {name}: {why}")
+        return items
     if key.topic is not None and key.name not in BROKER_UNIT_KEYS:
         return parse_value(key.topic, raw, name)
     return parse_value(ConfigDef(name, key.kind, key.default, key.validate, key.doc), raw)
@@ -265,15 +367,51 @@ def closest(name: str) -> str | None:
     return found[0] if found else None
 
 
+def listener_key(name: str) -> tuple[str, str] | None:
+    """`listener.name.<listener>.<key>` -> (LISTENER, key), Kafka's per-listener override; None otherwise."""
+    if not name.startswith("listener.name."):
+        return None
+    listener, sep, key = name[len("listener.name."):].partition(".")
+    return (listener.upper(), key) if sep and listener else None
+
+
+_LISTENER_KEY = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
+_MECHANISM_PREFIXES = tuple(f"{m.lower()}." for m in (*SASL_MECHANISMS, *SASL_REFUSED))
+
+
+def listener_override_base(name: str) -> str | None:
+    """The registered key a per-listener override stands for: `listener.name.<l>.<key>` (Kafka's
+    ListenerName.configPrefix) and, for JAAS, `listener.name.<l>.<mechanism>.sasl.jaas.config`; None when
+    `name` is no such key."""
+    m = _LISTENER_KEY.match(name)
+    if m is None:
+        return None
+    rest = m.group(2)
+    for prefix in _MECHANISM_PREFIXES:
+        if rest.startswith(prefix) and rest[len(prefix):] == "sasl.jaas.config":
+            return "sasl.jaas.config"
+    return rest
+
+
+def is_sensitive(name: str) -> bool:
+    """Kafka's PASSWORD-type settings (sasl.jaas.config, ssl.*.password), directly or per listener: never shown
+    by DescribeConfigs (value null, is_sensitive true)."""
+    base = listener_override_base(name) or name
+    return base == "sasl.jaas.config" or base.endswith(".password")
+
+
 def security_refusals(props: Mapping[str, object]) -> list[str]:
-    """Settings asking for TLS, SASL or ACLs: refused, since serving plaintext in their place would mislead."""
+    """Settings asking for what kafkalite cannot do (an ssl.* key it cannot honour): refused, since
+    running without them would mislead."""
     out = []
-    for k, v in props.items():
-        if k.startswith(("ssl.", "sasl.")) or (k.startswith("listener.name.") and any(
-                f".{p}." in k for p in ("ssl", "sasl"))):
-            out.append(f"{k} is set: {NOT_IMPLEMENTED}")
-        elif k == "authorizer.class.name" and str(v).strip():
-            out.append(f"authorizer.class.name={str(v).strip()} is set: {NOT_IMPLEMENTED}")
+    for k in props:
+        per_listener = listener_key(k)
+        key = per_listener[1] if per_listener else k
+        if key.startswith("ssl."):
+            if key in SSL_REFUSED:
+                out.append(f"{k} is set: {SSL_REFUSED[key]}")
+            elif key not in KEYS:
+                out.append(f"{k} is set: kafkalite does not support this TLS setting")
     return out
 
 

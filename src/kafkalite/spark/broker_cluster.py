@@ -69,7 +69,8 @@ class Cluster:
                                       timeout_s=settings.request_timeout_ms / 1000,
                                       connect_timeout_s=settings.connect_timeout_ms / 1000,
                                       retry_timeout_s=settings.api_timeout_ms / 1000,
-                                      retry_backoff_s=settings.retry_backoff_ms / 1000)
+                                      retry_backoff_s=settings.retry_backoff_ms / 1000,
+                                      security=settings.security())
         except OSError as exc:  # unreachable from the start: a wrong address, or no broker running
             raise BrokerError(f"cannot reach any Kafka broker of kafka.bootstrap.servers={settings.bootstrap_servers} "
                               f"({exc}); check the address and that the broker is running") from None

@@ -10,9 +10,11 @@ when the query is planned, before any connection is made.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kafkalite.client import READ_COMMITTED, READ_UNCOMMITTED, parse_bootstrap_servers
+from kafkalite.errors import InvalidConfigError
+from kafkalite.security.transport import ClientSecurity
 from kafkalite.spark.errors import OptionError
 
 # Kafka's consumer reads 1 MiB per partition per fetch by default; a Spark task reads one partition
@@ -42,6 +44,12 @@ class BrokerSettings:
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     acks: int = -1  # acks: all
     max_request_size: int = DEFAULT_MAX_REQUEST_SIZE
+    # security.protocol, ssl.* and sasl.* as given (an SSLContext does not pickle: each process builds its own)
+    security_props: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # passwords: never printed
+
+    def security(self) -> ClientSecurity:
+        """How connections are secured (kafka.security.protocol, kafka.ssl.*, kafka.sasl.*), checked when parsed."""
+        return ClientSecurity.from_client_props(dict(self.security_props), where="Spark options")
 
     @property
     def fetch_bytes(self) -> int:
@@ -56,9 +64,16 @@ class BrokerSettings:
         except ValueError as exc:
             raise OptionError(f"option kafka.bootstrap.servers: {exc}; give host:port[,host:port...]") from None
         protocol = params.get("security.protocol", "PLAINTEXT").strip().upper()
-        if protocol != "PLAINTEXT":
+        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
             raise OptionError(f"option kafka.security.protocol={protocol} is not supported: kafkalite's broker mode "
-                              "speaks PLAINTEXT only (no TLS or SASL)")
+                              "speaks PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL")
+        # ssl.* and sasl.* only matter with a protocol that uses them (Kafka's clients leave them unused too)
+        security = () if protocol == "PLAINTEXT" else (("security.protocol", protocol), *sorted(
+            (k, v.strip()) for k, v in params.items() if k.startswith(("ssl.", "sasl."))))
+        try:
+            ClientSecurity.from_client_props(dict(security), where="Spark options")
+        except InvalidConfigError as exc:
+            raise OptionError(f"option kafka.*: {exc}") from None
         isolation = params.get("isolation.level", "read_uncommitted").strip().lower()
         if isolation not in _ISOLATION:
             raise OptionError(f"option kafka.isolation.level must be read_uncommitted or read_committed, "
@@ -78,6 +93,7 @@ class BrokerSettings:
             fetch_max_bytes=_int(params, "fetch.max.bytes", DEFAULT_FETCH_MAX_BYTES, 1),
             acks=_ACKS[acks],
             max_request_size=_int(params, "max.request.size", DEFAULT_MAX_REQUEST_SIZE, 1),
+            security_props=security,
         )
 
 

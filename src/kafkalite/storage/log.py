@@ -163,6 +163,7 @@ class Log:
         self.segments = SegmentMap()
         self.read_only = read_only
         self._closed = False
+        self._truncations = 0  # counts truncations, so a flush running outside the lock can tell one happened
         self.last_flush_time = clock.milliseconds()
         self._dir_locks: list[DirLock] = []
         if read_only:
@@ -450,7 +451,7 @@ class Log:
         """Append batches with the offsets and epochs the leader gave them."""
         return self._append(records, AppendOrigin.REPLICATION, -1, as_leader=False)
 
-    def _analyze(self, buf: bytearray, origin: AppendOrigin, as_leader: bool) -> _Analysis:
+    def _analyze(self, buf: bytes | bytearray | memoryview, origin: AppendOrigin, as_leader: bool) -> _Analysis:
         batches: list[RecordBatch] = []
         first_offset = -1
         last_offset = -1
@@ -551,7 +552,9 @@ class Log:
 
     def _append(self, records: bytes | bytearray | memoryview, origin: AppendOrigin, leader_epoch: int,
                 as_leader: bool) -> LogAppendInfo:
-        buf = records if isinstance(records, bytearray) else bytearray(records)
+        # A leader assigns offsets in place, so it needs its own mutable copy; a follower only reads
+        # (a fetched frame's records go to the segment as they are, without a copy).
+        buf = records if isinstance(records, bytearray) or not as_leader else bytearray(records)
         with self._lock:
             self._check_open()
             a = self._analyze(buf, origin, as_leader)
@@ -675,26 +678,39 @@ class Log:
     def flush(self, include_active: bool = False) -> None:
         """Fsync everything below the active segment (or up to the LEO) and advance the recovery point."""
         with self._lock:
-            if include_active:
-                self._flush_up_to(self.log_end_offset, inclusive=True)
-            else:
-                self._flush_up_to(self.active_segment.base_offset)
+            offset = self.log_end_offset if include_active else self.active_segment.base_offset
+        self._flush_up_to(offset, inclusive=include_active)
 
     def _flush_up_to(self, offset: int, inclusive: bool = False) -> None:
         """Fsync the segments holding [recovery point, offset) (or through `offset` when inclusive, which
-        reaches the empty active segment too), then move the recovery point to `offset`."""
+        reaches the empty active segment too), then move the recovery point to `offset`.
+
+        The fsyncs run outside the log's lock, as in Kafka's UnifiedLog.flush (only marking the flush takes
+        the lock): the flush a roll schedules writes out a whole segment (~0.5 s for 256 MiB here), and the
+        event loop's appends and reads take the same lock, so a broker stalled that long on every roll.
+        A truncation or close meanwhile makes the flush moot: the recovery point is then left alone."""
         with self._lock:
             flush_offset = offset + 1 if inclusive else offset
             if self._closed or flush_offset <= self.recovery_point:
                 return
+            segments = self._segments_overlapping(self.recovery_point, flush_offset)
+            new_dir_entries = any(seg.base_offset >= self.recovery_point for seg in segments)
+            generation = self._truncations
+        try:
             self.leader_epoch_cache.sync()  # durable before the recovery point passes its newest entries
-            new_dir_entries = False
-            for seg in self._segments_overlapping(self.recovery_point, flush_offset):
+            for seg in segments:
                 seg.flush()
-                if seg.base_offset >= self.recovery_point:
-                    new_dir_entries = True
             if new_dir_entries:
                 _fsync_dir(self.dir)
+        except (OSError, ValueError):
+            with self._lock:
+                if self._closed or self._truncations != generation or \
+                        any(self.segments.get(seg.base_offset) is not seg for seg in segments):
+                    return  # closed, truncated or deleted while being flushed: nothing to mark
+            raise
+        with self._lock:
+            if self._closed or self._truncations != generation:
+                return
             self.recovery_point = max(self.recovery_point, offset)
             self.last_flush_time = self.clock.milliseconds()
 
@@ -1021,6 +1037,7 @@ class Log:
                 self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
                 return False
             log.info("%s: truncating to offset %d", self.dir.name, target_offset)
+            self._truncations += 1
             if self.segments.peekitem(0)[0] > target_offset:
                 self.truncate_fully_and_start_at(target_offset)
                 return True
@@ -1044,6 +1061,7 @@ class Log:
         with self._lock:
             self._check_open()
             log.info("%s: truncating fully and starting at offset %d", self.dir.name, new_offset)
+            self._truncations += 1
             doomed = list(self.segments.values())
             self.segments.clear()
             self._async_delete(doomed)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from kafkalite.protocol.api_keys import ApiKey
-from kafkalite.protocol.messages import admin, cluster, controller, fetch, groups, offsets, produce
+from kafkalite.protocol.messages import acls, admin, cluster, controller, fetch, groups, offsets, produce, security
 from kafkalite.protocol.schema import Message
 
 MESSAGES: dict[ApiKey, Message] = {
-    m.api_key: m for module in (cluster, produce, fetch, offsets, groups, admin, controller) for m in module.ALL
+    m.api_key: m
+    for module in (cluster, produce, fetch, offsets, groups, admin, controller, acls, security)
+    for m in module.ALL
 }
