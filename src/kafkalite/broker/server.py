@@ -11,9 +11,9 @@ transport: one copy per byte in Python before OpenSSL encrypts it.
 Bytes arrive through a `broker.channel.Channel` (an asyncio BufferedProtocol): a frame in progress is read by the
 kernel straight into the decoder's buffer of exactly its size and handed to the handlers from there.
 
-A TLS listener does its handshake on the accepted connection (`Channel.start_tls`, `loop.start_tls`), so a failed handshake
-(no or untrusted client certificate, a plaintext client on the TLS port) is logged once with the peer and
-the reason and closes only that connection; a client certificate's subject becomes the session's principal.
+A TLS listener does its handshake on the accepted connection (`Channel.start_tls`, `loop.start_tls`), so a
+failed handshake (no or untrusted client certificate, a plaintext client on the TLS port) is logged once with
+the peer and the reason and closes only that connection; a client certificate's subject becomes the session's principal.
 """
 
 from __future__ import annotations
