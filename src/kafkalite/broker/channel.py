@@ -6,14 +6,16 @@ buffer) after `sock.recv` made a new bytes of it: two copies of every produced b
 read. Here the kernel writes a frame in progress into the decoder's buffer of exactly the frame's size
 (`recv_into`), and the frame is handed to the handlers as a view of that buffer, which it owns (writable: a
 produce batch can be patched in place). Size prefixes and small frames are read into a staging buffer (one
-`recv` can bring several pipelined requests) and copied out one frame at a time, only when the connection
-asks for its next request: a frame's size is checked against the limit in force when it is taken (the SASL
-limit switches after authentication), as with the stream reads.
+`recv` can bring several pipelined requests) and copied out one frame at a time.
 
-Kafka mutes a channel while its request is handled: when bytes arrive while the connection is busy (the
-serving coroutine is not waiting for a frame), reading pauses, so pipelined requests queue in the kernel and
-at most one read's worth waits in Python. The channel also quacks like the `StreamWriter` the handlers were
-written against (`write`, `drain`, `transport`, `get_extra_info`, `start_tls`, `close`, `wait_closed`).
+Kafka mutes a channel while its request is handled. Here, while the connection is busy (the serving coroutine
+is not waiting for a frame), the channel reads ahead at most the next request (into its own buffer, as above,
+so a pipelining producer keeps streaming) and then pauses reading: further pipelined requests queue in the
+kernel. Until a SASL client has authenticated (`read_ahead` False) nothing is read ahead: the next frame's
+size is checked against the limit that applies once the request before it has been answered.
+
+The channel also quacks like the `StreamWriter` the handlers were written against (`write`, `drain`,
+`transport`, `get_extra_info`, `start_tls`, `close`, `wait_closed`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from kafkalite.protocol.connection import FrameDecoder
+from kafkalite.protocol.connection import FrameDecoder, InvalidReceiveError
 
 STAGE_BYTES = 64 * 1024  # a read when no frame is in progress: size prefixes, small requests, several pipelined
 _MIN_ROOM = 4096  # less free staging room than this: compact (or grow) before the next read
@@ -42,7 +44,9 @@ class Channel(asyncio.BufferedProtocol):
         self._start = 0  # staged bytes not yet handed to the decoder: _stage[_start:_end]
         self._end = 0
         self._direct = False  # the last get_buffer handed out the decoder's frame buffer
-        self._ready: collections.deque[memoryview] = collections.deque()  # frames completed by direct reads
+        self._ready: collections.deque[memoryview] = collections.deque()  # frames complete, not yet taken
+        self._error: Exception | None = None  # a bad size prefix met reading ahead: raised after _ready's frames
+        self.read_ahead = True  # may the next request be taken in while one is handled (see the module doc)
         self._waiter: asyncio.Future[None] | None = None
         self._paused_reading = False
         self._eof = False
@@ -88,6 +92,10 @@ class Channel(asyncio.BufferedProtocol):
             self._ready.append(frame)
         else:
             self._end += nbytes
+        if self._waiter is None and self.read_ahead and not self._ready and self.decoder is not None:
+            self._parse()  # busy: take the next request in (the kernel then reads its rest straight into it)
+            if not self._ready and self._error is None:
+                return
         self._wake()
 
     def eof_received(self) -> bool:
@@ -130,6 +138,25 @@ class Channel(asyncio.BufferedProtocol):
 
     # --- the serving coroutine's side -------------------------------------------------------------
 
+    def _parse(self) -> None:
+        """Staged bytes into the decoder until a frame is complete (queued in _ready) or they run out; a bad
+        size prefix is kept in _error (the frames before it are still answered)."""
+        dec = self.decoder
+        assert dec is not None
+        stage = memoryview(self._stage)
+        while self._start < self._end and not self._ready and self._error is None:
+            buf = dec.recv_buffer()
+            n = min(len(buf), self._end - self._start)
+            buf[:n] = stage[self._start:self._start + n]
+            self._start += n
+            try:
+                frame = dec.received(n)
+            except InvalidReceiveError as exc:
+                self._error = exc
+                return
+            if frame is not None:
+                self._ready.append(frame)
+
     async def next_frame(self) -> memoryview:
         """The next request frame, whole, in a buffer it owns. Raises InvalidReceiveError for a bad size
         prefix, asyncio.IncompleteReadError when the peer closed (mid-frame or between frames)."""
@@ -137,15 +164,17 @@ class Channel(asyncio.BufferedProtocol):
         assert dec is not None
         while True:
             if self._ready:
-                return self._ready.popleft()
-            while self._start < self._end:
-                buf = dec.recv_buffer()
-                n = min(len(buf), self._end - self._start)
-                buf[:n] = memoryview(self._stage)[self._start:self._start + n]
-                self._start += n
-                frame = dec.received(n)
-                if frame is not None:
-                    return frame
+                frame = self._ready.popleft()
+                if self._paused_reading and self.read_ahead and not self._ready and self._error is None \
+                        and not self._closed:
+                    self._paused_reading = False  # the next request may come in while this one is handled
+                    self.transport.resume_reading()
+                return frame
+            if self._error is not None:
+                raise self._error
+            if self._start < self._end:
+                self._parse()
+                continue
             if self._closed or self._eof:
                 raise asyncio.IncompleteReadError(b"", dec.want())
             if self._paused_reading:

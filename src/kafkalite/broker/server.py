@@ -301,6 +301,7 @@ class Broker:
         limit = self.max_request_bytes if sasl is None else self.sasl_max_receive
         conn = ServerConnection(limit, self.apis.handles)
         writer.decoder = conn.frames
+        writer.read_ahead = sasl is None
         while True:
             self._last_active[task] = time.monotonic()  # type: ignore[index]
             try:
@@ -327,6 +328,7 @@ class Broker:
                     return
             if sasl is not None:
                 conn.frames.max_size = self.max_request_bytes if sasl.authenticated else self.sasl_max_receive
+                writer.read_ahead = sasl.authenticated
 
     def _authenticator(self, session: Session) -> _SaslState | None:
         """The SASL authenticator of a connection on a SASL_* listener (None on the others)."""
