@@ -165,10 +165,11 @@ class Channel(asyncio.BufferedProtocol):
         while True:
             if self._ready:
                 frame = self._ready.popleft()
-                if self._paused_reading and self.read_ahead and not self._ready and self._error is None \
-                        and not self._closed:
-                    self._paused_reading = False  # the next request may come in while this one is handled
-                    self.transport.resume_reading()
+                if self._paused_reading and self.read_ahead and not self._ready:
+                    self._parse()  # the next request, if already staged, is the one read ahead
+                    if not self._ready and self._error is None and not self._closed:
+                        self._paused_reading = False  # it may come in while this one is handled
+                        self.transport.resume_reading()
                 return frame
             if self._error is not None:
                 raise self._error
