@@ -28,7 +28,7 @@ from typing import Any
 
 from kafkalite.protocol.connection import FrameDecoder, InvalidReceiveError
 
-STAGE_BYTES = 64 * 1024  # a read when no frame is in progress: size prefixes, small requests, several pipelined
+STAGE_BYTES = 16 * 1024  # a read when no frame is in progress: prefixes, small requests (per connection: small)
 _MIN_ROOM = 4096  # less free staging room than this: compact (or grow) before the next read
 
 
