@@ -16,6 +16,7 @@ is also measured with a lean client that sends prebuilt requests and does not op
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -505,4 +506,92 @@ def bench_tls(results: dict) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-ALL = {"broker": bench_broker, "broker-latency": bench_broker_latency, "tls": bench_tls}
+def _cpu_s(pid: int) -> float:
+    """A process's CPU time (user + system) so far, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _with_cpu(broker: BrokerProcess, fn: Any, cpu: list[float]) -> Any:
+    """`fn` timed as median_rates wants it, the broker's CPU seconds per GiB moved appended to `cpu`."""
+    def run() -> tuple[int, float]:
+        assert broker.proc is not None
+        before = _cpu_s(broker.proc.pid)
+        nbytes, elapsed = fn()
+        cpu.append((_cpu_s(broker.proc.pid) - before) / (nbytes / (1 << 30)))
+        return nbytes, elapsed
+    return run
+
+
+def bench_broker_recv(results: dict) -> None:
+    """The receive path (issue 17), before and after in one run: a broker of this tree and one of
+    BENCH_BASELINE_SRC (a `src` directory of the code to compare with, e.g. the main checkout's), side by side
+    and interleaved: pipelined 1 MiB raw produce and raw fetch of a backlog (rate and the broker's CPU seconds
+    per GiB), and the blocking raw client's produce latency. Without BENCH_BASELINE_SRC only this tree runs."""
+    baseline_src = os.environ.get("BENCH_BASELINE_SRC")
+    d = scratch_dir()
+    brokers: dict[str, BrokerProcess] = {}
+    saved = os.environ.get("PYTHONPATH")
+    try:
+        for name, src in (("before", baseline_src), ("after", None)):
+            if name == "before" and not src:
+                continue
+            if src:
+                os.environ["PYTHONPATH"] = src  # the broker subprocess imports kafkalite from there
+            try:
+                brokers[name] = BrokerProcess(d / name / "data", {"log.segment.bytes": 256 * MiB}).start()
+            finally:
+                if saved is None:
+                    os.environ.pop("PYTHONPATH", None)
+                else:
+                    os.environ["PYTHONPATH"] = saved
+        cpu: dict[str, list[float]] = {}
+        fns: dict[str, Any] = {}
+        for name, b in brokers.items():
+            _produce_all(b.bootstrap, "recv", RECORD)  # creates the topic
+            cpu[f"produce {name}"], cpu[f"fetch {name}"] = [], []
+            fns[f"produce {name}"] = _with_cpu(b, functools.partial(_raw_produce, b.port, "recv", DATA_BYTES),
+                                               cpu[f"produce {name}"])
+        with tqdm(total=REPEATS * len(fns), desc="raw produce", leave=False) as bar:
+            rates = median_rates(fns, progress=bar)
+        fns = {f"fetch {name}": _with_cpu(b, functools.partial(_raw_fetch, b.port, "recv", DATA_BYTES - 2 * MiB),
+                                          cpu[f"fetch {name}"]) for name, b in brokers.items()}
+        with tqdm(total=REPEATS * len(fns), desc="raw fetch", leave=False) as bar:
+            rates.update(median_rates(fns, progress=bar))
+        clients: dict[str, Any] = {name: _RawOne(b.port, "recv") for name, b in brokers.items()}
+        clients["loopback"] = _Echo()
+        try:
+            lat = _interleaved(clients, 5000, 500)
+        finally:
+            for c in clients.values():
+                c.close()
+        rtt = statistics.median(lat.pop("loopback"))
+        for what in ("produce", "fetch"):
+            for name in brokers:
+                key = f"{what} {name}"
+                ratio = ""
+                if name == "after" and "before" in brokers:
+                    ratio = (f"rate {rates[key] / rates[f'{what} before']:.2f}x, CPU/GiB "
+                             f"{statistics.median(cpu[key]) / statistics.median(cpu[f'{what} before']):.2f}x before")
+                results[f"receive path: raw {what}, broker {name}"] = (
+                    f"{fmt_rate(rates[key])}, {statistics.median(cpu[key]):.2f} CPU-s/GiB "
+                    f"({min(cpu[key]):.2f}-{max(cpu[key]):.2f})", ratio,
+                    "<= 0.45 s/GiB" if what == "produce" else "<= 0.30 s/GiB")
+        for name, xs in lat.items():
+            p50, p99, p999 = _quantiles(xs)
+            ratio = ""
+            if name == "after" and "before" in lat:
+                before = lat["before"]
+                ratio = f"p50 {p50 / statistics.median(before):.2f}x, p99 {p99 / _p(before, 99):.2f}x before"
+            results[f"receive path: raw produce latency, broker {name}"] = (
+                f"p50 {p50 * 1e6:,.0f} µs, p99 {p99 * 1e6:,.0f} µs, p99.9 {p999 * 1e6:,.0f} µs "
+                f"(loopback {rtt * 1e6:,.0f} µs)", ratio, "p99 <= 5x loopback")
+    finally:
+        for b in brokers.values():
+            b.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+ALL = {"broker": bench_broker, "broker-latency": bench_broker_latency, "tls": bench_tls,
+       "broker-recv": bench_broker_recv}

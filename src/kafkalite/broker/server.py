@@ -8,9 +8,12 @@ Record bytes of fetch responses go from the segment file to the socket with send
 (where the kernel cannot encrypt) they are read into one buffer per chunk and written through the TLS
 transport: one copy per byte in Python before OpenSSL encrypts it.
 
-A TLS listener does its handshake on the accepted connection (`StreamWriter.start_tls`), so a failed handshake
-(no or untrusted client certificate, a plaintext client on the TLS port) is logged once with the peer and
-the reason and closes only that connection; a client certificate's subject becomes the session's principal.
+Bytes arrive through a `broker.channel.Channel` (an asyncio BufferedProtocol): a frame in progress is read by the
+kernel straight into the decoder's buffer of exactly its size and handed to the handlers from there.
+
+A TLS listener does its handshake on the accepted connection (`Channel.start_tls`, `loop.start_tls`), so a
+failed handshake (no or untrusted client certificate, a plaintext client on the TLS port) is logged once with
+the peer and the reason and closes only that connection; a client certificate's subject becomes the session's principal.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import time
 from typing import Any, Literal
 
 from kafkalite.broker.apis import CloseConnection, KafkaApis
+from kafkalite.broker.channel import Channel
 from kafkalite.broker.cluster_node import ClusterNode
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import MetadataStore, halt_on_metadata_dir_failure
@@ -83,7 +87,7 @@ class Broker:
         self.cluster: ClusterNode | None = None  # the broker's part in its cluster (of one, by default)
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
-        self._writers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._writers: dict[asyncio.Task[None], Channel] = {}
         self._last_active: dict[asyncio.Task[None], float] = {}
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
@@ -105,9 +109,8 @@ class Broker:
         # data dir is locked, recovered or marked.
         contexts = {li.name: listener_tls_context(cfg, li.name) for li in cfg.listeners()}
         for li in cfg.listeners():
-            handler = functools.partial(self._on_connection, li.name, cfg.security_protocol(li.name),
-                                        contexts[li.name])
-            self._servers.append(await _bind(handler, li.host, li.port))
+            factory = functools.partial(self._channel, li.name, cfg.security_protocol(li.name), contexts[li.name])
+            self._servers.append(await _bind(factory, li.host, li.port))
         _check_data_dirs(cfg)
         try:
             self.logs = await asyncio.to_thread(
@@ -246,8 +249,14 @@ class Broker:
                         writer.close()
                     self._last_active.pop(task, None)
 
+    def _channel(self, listener: str, protocol: str, tls: ssl.SSLContext | None) -> Channel:
+        """The protocol of an accepted connection; its serving task starts once the transport is made."""
+        def made(channel: Channel) -> None:
+            asyncio.get_running_loop().create_task(self._on_connection(listener, protocol, tls, channel))
+        return Channel(tls=tls is not None, on_made=made)
+
     async def _on_connection(self, listener: str, protocol: str, tls: ssl.SSLContext | None,
-                             reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                             writer: Channel) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -267,7 +276,7 @@ class Broker:
                     return
                 if principal is not None:
                     session.principal = principal
-            await self._serve(reader, writer, session)
+            await self._serve(writer, session)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
         except asyncio.CancelledError:
@@ -282,19 +291,21 @@ class Broker:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session) -> None:
-        """Requests one at a time: read exactly what the connection object wants (a size prefix, then the
-        frame, which `feed` hands back as a view of what was read: no copy), answer, repeat. On a SASL_*
+    async def _serve(self, writer: Channel, session: Session) -> None:
+        """Requests one at a time: the channel reads the next frame into the connection's decoder (the frame
+        owns its buffer: no copy), answer, repeat; the channel is muted while a request is handled. On a SASL_*
         listener frames are bounded by sasl.server.max.receive.size until the client has authenticated."""
         assert self.apis is not None
         task = asyncio.current_task()
         sasl = self._authenticator(session)
         limit = self.max_request_bytes if sasl is None else self.sasl_max_receive
         conn = ServerConnection(limit, self.apis.handles)
+        writer.decoder = conn.frames
+        writer.read_ahead = sasl is None
         while True:
             self._last_active[task] = time.monotonic()  # type: ignore[index]
             try:
-                frames = conn.feed(await reader.readexactly(conn.want()))
+                frames = [await writer.next_frame()]
             except InvalidReceiveError as exc:
                 what = ("socket.request.max.bytes" if conn.frames.max_size == self.max_request_bytes
                         else "sasl.server.max.receive.size, before authentication")
@@ -317,6 +328,7 @@ class Broker:
                     return
             if sasl is not None:
                 conn.frames.max_size = self.max_request_bytes if sasl.authenticated else self.sasl_max_receive
+                writer.read_ahead = sasl.authenticated
 
     def _authenticator(self, session: Session) -> _SaslState | None:
         """The SASL authenticator of a connection on a SASL_* listener (None on the others)."""
@@ -416,7 +428,7 @@ class Broker:
         assert outcome.body is not None
         return conn.encode(header, outcome.body)
 
-    async def _send(self, writer: asyncio.StreamWriter, parts: list[Any]) -> None:
+    async def _send(self, writer: Channel | asyncio.StreamWriter, parts: list[Any]) -> None:
         loop = asyncio.get_running_loop()
         i = 0
         try:
@@ -454,7 +466,7 @@ def listener_tls_context(cfg: BrokerConfig, listener: str) -> ssl.SSLContext | N
     return server_context(settings)
 
 
-async def _handshake(writer: asyncio.StreamWriter, tls: ssl.SSLContext, peer: Any, listener: str
+async def _handshake(writer: Channel | asyncio.StreamWriter, tls: ssl.SSLContext, peer: Any, listener: str
                      ) -> str | Literal[False] | None:
     """The server side of the TLS handshake: the client certificate's principal (None without one), or False
     when the handshake failed, logged once with the peer and OpenSSL's reason."""
@@ -475,7 +487,7 @@ async def _handshake(writer: asyncio.StreamWriter, tls: ssl.SSLContext, peer: An
     return peer_principal(writer.get_extra_info("ssl_object"))
 
 
-async def _write_region_copied(writer: asyncio.StreamWriter, fd: int, position: int, size: int) -> int:
+async def _write_region_copied(writer: Channel | asyncio.StreamWriter, fd: int, position: int, size: int) -> int:
     """Record bytes through a TLS transport: each chunk read once into a new buffer (the transport may keep a
     reference until OpenSSL has taken it) and written; returns the bytes sent (less if the file shrank)."""
     sent = 0
@@ -499,11 +511,11 @@ def cluster_store(cfg: BrokerConfig) -> ClusterStore:
     return LocalStore(cfg.log_dirs[0], cfg.node_id, on_fatal=halt_on_metadata_dir_failure)
 
 
-async def _bind(handler: Any, host: str, port: int) -> asyncio.base_events.Server:
+async def _bind(factory: Any, host: str, port: int) -> asyncio.base_events.Server:
     """A bound socket, not yet accepting; an address in use or not local says so with host:port."""
     try:
-        return await asyncio.start_server(handler, host or None, port, reuse_address=True, limit=1 << 20,
-                                          start_serving=False)
+        return await asyncio.get_running_loop().create_server(factory, host or None, port, reuse_address=True,
+                                                              start_serving=False)
     except OSError as exc:
         addr = f"[{host}]:{port}" if ":" in host else f"{host or '0.0.0.0'}:{port}"
         if exc.errno == errno.EADDRINUSE:

@@ -426,7 +426,16 @@ class Log:
                 or count <= 0 or count != lod + 1 or n > cfg.max_message_bytes or n > cfg.segment_bytes
                 or cfg.message_timestamp_type != "CreateTime"):
             return None
-        buf = records if isinstance(records, bytearray) else bytearray(records)
+        # Patched in place when the caller's buffer is writable (the broker's request frames own their memory):
+        # the batch is then written from the very buffer the socket read it into, without a copy.
+        buf: bytearray | memoryview
+        if isinstance(records, bytearray):
+            buf = records
+        elif isinstance(records, memoryview) and not records.readonly and records.c_contiguous \
+                and records.format in ("B", "b", "c"):
+            buf = records.cast("B") if records.format != "B" else records
+        else:
+            buf = bytearray(records)
         if crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]) != crc:
             return None
         with self._lock:

@@ -1,0 +1,243 @@
+"""One broker connection's bytes: an `asyncio.BufferedProtocol` that reads request frames straight into the
+buffers a `FrameDecoder` hands out, and writes responses with flow control.
+
+Why not asyncio streams: `StreamReader.readexactly` copies each frame out of its buffer (then shifts the
+buffer) after `sock.recv` made a new bytes of it: two copies of every produced byte, plus a coroutine per
+read. Here the kernel writes a frame in progress into the decoder's buffer of exactly the frame's size
+(`recv_into`), and the frame is handed to the handlers as a view of that buffer, which it owns (writable: a
+produce batch can be patched in place). Size prefixes and small frames are read into a staging buffer (one
+`recv` can bring several pipelined requests) and copied out one frame at a time.
+
+Kafka mutes a channel while its request is handled. Here, while the connection is busy (the serving coroutine
+is not waiting for a frame), the channel reads ahead at most the next request (into its own buffer, as above,
+so a pipelining producer keeps streaming) and then pauses reading: further pipelined requests queue in the
+kernel. Until a SASL client has authenticated (`read_ahead` False) nothing is read ahead: the next frame's
+size is checked against the limit that applies once the request before it has been answered.
+
+The channel also quacks like the `StreamWriter` the handlers were written against (`write`, `drain`,
+`transport`, `get_extra_info`, `start_tls`, `close`, `wait_closed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from kafkalite.protocol.connection import FrameDecoder, InvalidReceiveError
+
+STAGE_BYTES = 16 * 1024  # a read when no frame is in progress: prefixes, small requests (per connection: small)
+_MIN_ROOM = 4096  # less free staging room than this: compact (or grow) before the next read
+
+
+class Channel(asyncio.BufferedProtocol):
+    """A connection's transport and its receive state; `next_frame` is what the serving coroutine awaits."""
+
+    def __init__(self, tls: bool = False, on_made: Callable[[Channel], None] | None = None) -> None:
+        self.transport: Any = None
+        self._on_made = on_made
+        self.decoder: FrameDecoder | None = None  # set by the server before the first next_frame
+        self._tls = tls
+        self._stage = bytearray(STAGE_BYTES)
+        self._start = 0  # staged bytes not yet handed to the decoder: _stage[_start:_end]
+        self._end = 0
+        self._direct = False  # the last get_buffer handed out the decoder's frame buffer
+        self._ready: collections.deque[memoryview] = collections.deque()  # frames complete, not yet taken
+        self._error: Exception | None = None  # a bad size prefix met reading ahead: raised after _ready's frames
+        self.read_ahead = True  # may the next request be taken in while one is handled (see the module doc)
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused_reading = False
+        self._eof = False
+        self._lost: BaseException | None = None
+        self._closed = False
+        self._paused_writing = False
+        self._drain_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._closed_waiter: asyncio.Future[None] | None = None
+
+    # --- protocol callbacks ----------------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        if self._tls:
+            # Nothing may be read before the TLS protocol takes the transport (the ClientHello is its).
+            transport.pause_reading()
+            self._paused_reading = True
+        if self._on_made is not None:
+            self._on_made(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        dec = self.decoder
+        if dec is not None and self._start == self._end and not self._ready and dec.want() > 4:
+            self._direct = True  # a frame in progress: the kernel writes straight into it
+            return dec.recv_buffer()
+        self._direct = False
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif len(self._stage) - self._end < _MIN_ROOM:  # (only when bytes arrive while paused)
+            pending = self._stage[self._start:self._end]
+            if len(pending) + _MIN_ROOM > len(self._stage):
+                self._stage = bytearray(len(pending) + STAGE_BYTES)
+            self._stage[:len(pending)] = pending
+            self._start, self._end = 0, len(pending)
+        return memoryview(self._stage)[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._direct:
+            assert self.decoder is not None
+            frame = self.decoder.received(nbytes)
+            if frame is None:
+                return  # the frame is still in progress; the coroutine waits
+            self._ready.append(frame)
+        else:
+            self._end += nbytes
+        if self._waiter is None and self.read_ahead and not self._ready and self.decoder is not None:
+            self._parse()  # busy: take the next request in (the kernel then reads its rest straight into it)
+            if not self._ready and self._error is None:
+                return
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return not self._tls  # keep a plaintext half-closed connection open: queued requests are still answered
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._lost = exc
+        self._wake()
+        while self._drain_waiters:
+            w = self._drain_waiters.popleft()
+            if not w.done():
+                w.set_exception(ConnectionResetError("Connection lost") if exc is None else exc)
+        if self._closed_waiter is not None and not self._closed_waiter.done():
+            self._closed_waiter.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._paused_writing = True
+
+    def resume_writing(self) -> None:
+        self._paused_writing = False
+        while self._drain_waiters:
+            w = self._drain_waiters.popleft()
+            if not w.done():
+                w.set_result(None)
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is None:
+            # Bytes arrived while the request before them is handled: mute the channel until it asks again.
+            if not self._paused_reading and not self._closed and self.transport is not None:
+                self.transport.pause_reading()
+                self._paused_reading = True
+            return
+        self._waiter = None
+        if not waiter.done():
+            waiter.set_result(None)
+
+    # --- the serving coroutine's side -------------------------------------------------------------
+
+    def _parse(self) -> None:
+        """Staged bytes into the decoder until a frame is complete (queued in _ready) or they run out; a bad
+        size prefix is kept in _error (the frames before it are still answered)."""
+        dec = self.decoder
+        assert dec is not None
+        stage = memoryview(self._stage)
+        while self._start < self._end and not self._ready and self._error is None:
+            buf = dec.recv_buffer()
+            n = min(len(buf), self._end - self._start)
+            buf[:n] = stage[self._start:self._start + n]
+            self._start += n
+            try:
+                frame = dec.received(n)
+            except InvalidReceiveError as exc:
+                self._error = exc
+                return
+            if frame is not None:
+                self._ready.append(frame)
+
+    async def next_frame(self) -> memoryview:
+        """The next request frame, whole, in a buffer it owns. Raises InvalidReceiveError for a bad size
+        prefix, asyncio.IncompleteReadError when the peer closed (mid-frame or between frames)."""
+        dec = self.decoder
+        assert dec is not None
+        while True:
+            if self._ready:
+                frame = self._ready.popleft()
+                if self._paused_reading and self.read_ahead and not self._ready:
+                    self._parse()  # the next request, if already staged, is the one read ahead
+                    if not self._ready and self._error is None and not self._closed:
+                        self._paused_reading = False  # it may come in while this one is handled
+                        self.transport.resume_reading()
+                return frame
+            if self._error is not None:
+                raise self._error
+            if self._start < self._end:
+                self._parse()
+                continue
+            if self._closed or self._eof:
+                raise asyncio.IncompleteReadError(b"", dec.want())
+            if self._paused_reading:
+                self._paused_reading = False
+                self.transport.resume_reading()
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    # --- the StreamWriter side ------------------------------------------------------------------
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.transport.write(data)
+
+    def writelines(self, parts: list[bytes | bytearray | memoryview]) -> None:
+        self.transport.writelines(parts)
+
+    @property
+    def buffered_out(self) -> int:
+        """Bytes the transport holds, not yet taken by the kernel."""
+        return int(self.transport.get_write_buffer_size())
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is over its high-water mark (StreamWriter.drain)."""
+        if self._closed or self.transport.is_closing():
+            # Let connection_lost run first, as StreamWriter.drain does, then say the connection is gone.
+            await asyncio.sleep(0)
+            raise ConnectionResetError("Connection lost") if self._lost is None else self._lost
+        if not self._paused_writing:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default if self.transport is None else self.transport.get_extra_info(name, default)
+
+    async def start_tls(self, sslcontext: ssl.SSLContext, *, ssl_handshake_timeout: float | None = None) -> None:
+        """The server side of the TLS handshake on this connection; afterwards the channel reads and writes
+        through the TLS transport (its bytes still arrive through get_buffer/buffer_updated)."""
+        loop = asyncio.get_running_loop()
+        raw, self.transport = self.transport, None  # (bytes arriving with the handshake's end must not pause raw)
+        try:
+            self.transport = await loop.start_tls(raw, self, sslcontext, server_side=True,
+                                                  ssl_handshake_timeout=ssl_handshake_timeout)
+        except BaseException:
+            self.transport = raw  # closed by start_tls; the TLS protocol, not this one, saw it go
+            self._closed = True
+            raise
+        self._paused_reading = False  # the TLS transport reads from the start
+        if self._start < self._end or self._ready:
+            self._wake()  # application bytes came with the handshake: mute until they are taken
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    async def wait_closed(self) -> None:
+        if self._closed or self.transport is None:
+            return
+        if self._closed_waiter is None:
+            self._closed_waiter = asyncio.get_running_loop().create_future()
+        await self._closed_waiter

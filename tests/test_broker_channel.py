@@ -1,0 +1,334 @@
+"""The broker's receive path (issue 17): `broker.channel.Channel` reads frames straight into the decoder's
+buffer, mutes the connection while a request is handled, and bounds what a slow reader makes the broker hold.
+
+The channel is driven over real loopback sockets, in-process where its state must be observed (is reading
+paused, how big is the write buffer), and through a real `kafkalite serve` for what clients see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import struct
+import time
+import uuid
+
+import pytest
+
+from kafkalite.broker.channel import STAGE_BYTES, Channel
+from kafkalite.client import KafkaClient
+from kafkalite.protocol import ApiKey, FileRegion, encode_request
+from kafkalite.protocol.connection import FrameDecoder, InvalidReceiveError
+from kafkalite.records import SimpleRecord, build_batch
+from kafkalite.security.transport import ClientSecurity, open_connection
+from kafkalite.storage.log import Log
+from kafkalite.storage.log_config import LogConfig
+from tests.support.brokers import BrokerProcess
+from tests.support.certs import PASSWORD
+from tests.test_broker_wire import read_response, recv_exact
+
+MiB = 1 << 20
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+async def _serve(on_channel, *, max_size: int | None = None):
+    """An asyncio server whose connections are Channels handed to `on_channel`; returns (server, port)."""
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()
+
+    def factory() -> Channel:
+        def made(ch: Channel) -> None:
+            ch.decoder = FrameDecoder(max_size)
+            task = loop.create_task(on_channel(ch))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        return Channel(on_made=made)
+
+    server = await loop.create_server(factory, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def test_pipelined_requests_are_taken_one_at_a_time_with_reading_paused():
+    """Three pipelined frames, the last two sent while the first is handled: each is answered in order, and
+    the channel stopped reading when they arrived (Kafka's muted channel): what follows waits in the kernel."""
+    frames = [os.urandom(n) for n in (10, 5000, 300)]
+
+    async def main() -> tuple[list[bytes], list[bool]]:
+        got: list[bytes] = []
+        reading_while_busy: list[bool] = []
+
+        async def on_channel(ch: Channel) -> None:
+            for _ in frames:
+                f = await ch.next_frame()
+                got.append(bytes(f))
+                await asyncio.sleep(0.05)  # "handling": the rest of the pipeline arrives meanwhile
+                reading_while_busy.append(ch.transport.is_reading())
+                ch.write(frame(bytes(f)[::-1]))
+                await ch.drain()
+            ch.close()
+
+        server, port = await _serve(on_channel)
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(frame(frames[0]))
+        await asyncio.sleep(0.02)  # the first request is being handled: the next two arrive meanwhile
+        w.write(frame(frames[1]) + frame(frames[2]))
+        answers = [await asyncio.wait_for(r.readexactly(4 + len(f)), 5) for f in frames]
+        w.close()
+        server.close()
+        assert answers == [frame(f[::-1]) for f in frames]
+        return got, reading_while_busy
+
+    got, reading = asyncio.run(main())
+    assert got == frames
+    assert reading[:2] == [False, False]  # requests were still queued behind the one being handled
+
+
+def test_a_big_frame_split_into_many_segments_arrives_whole_in_a_buffer_of_its_size():
+    """A 1 MiB frame written in 1,000-byte pieces: one frame, in a writable buffer of exactly its size that
+    the kernel filled (no staging copy beyond the first read)."""
+    payload = os.urandom(MiB)
+
+    async def main() -> memoryview:
+        out: asyncio.Future[memoryview] = asyncio.get_running_loop().create_future()
+
+        async def on_channel(ch: Channel) -> None:
+            out.set_result(await ch.next_frame())
+            ch.close()
+
+        server, port = await _serve(on_channel, max_size=2 * MiB)
+        _r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        data = frame(payload)
+        for i in range(0, len(data), 1000):
+            w.write(data[i:i + 1000])
+            if i % 50_000 == 0:
+                await w.drain()
+                await asyncio.sleep(0.001)
+        got = await asyncio.wait_for(out, 10)
+        w.close()
+        server.close()
+        return got
+
+    got = asyncio.run(main())
+    assert got == payload
+    assert not got.readonly and isinstance(got.obj, bytearray) and len(got.obj) == MiB
+
+
+def test_a_connection_closed_mid_frame_ends_with_an_incomplete_read():
+    async def main() -> BaseException:
+        out: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+
+        async def on_channel(ch: Channel) -> None:
+            try:
+                await ch.next_frame()
+            except BaseException as exc:
+                out.set_result(exc)
+            ch.close()
+
+        server, port = await _serve(on_channel)
+        _r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(frame(os.urandom(100_000))[:70_000])
+        await w.drain()
+        w.close()
+        exc = await asyncio.wait_for(out, 5)
+        server.close()
+        return exc
+
+    assert isinstance(asyncio.run(main()), asyncio.IncompleteReadError)
+
+
+def test_a_size_over_the_limit_raises_when_the_frame_is_taken():
+    """The frames before a bad size prefix are still handed out (and answered); the bad one then raises."""
+    async def main() -> tuple[list[bytes], BaseException]:
+        got: list[bytes] = []
+        out: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+
+        async def on_channel(ch: Channel) -> None:
+            try:
+                while True:
+                    got.append(bytes(await ch.next_frame()))
+            except BaseException as exc:
+                out.set_result(exc)
+            ch.close()
+
+        server, port = await _serve(on_channel, max_size=1000)
+        _r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(frame(b"a" * 10) + frame(b"b" * 1000) + struct.pack(">i", 1001) + b"c" * 1001)
+        exc = await asyncio.wait_for(out, 5)
+        w.close()
+        server.close()
+        return got, exc
+
+    got, exc = asyncio.run(main())
+    assert got == [b"a" * 10, b"b" * 1000]
+    assert isinstance(exc, InvalidReceiveError)
+
+
+def test_many_small_frames_in_one_read_are_copied_out_of_the_staging_buffer():
+    """More small frames than fit the staging buffer, pipelined: every one is handed out intact and in order,
+    none a view of the staging buffer (it is reused for the next read)."""
+    frames = [os.urandom(1 + i * 37 % 3000) for i in range(200)]
+    assert sum(len(f) for f in frames) > 2 * STAGE_BYTES
+
+    async def main() -> list[bytes]:
+        views: list[memoryview] = []
+        done = asyncio.get_running_loop().create_future()
+
+        async def on_channel(ch: Channel) -> None:
+            for _ in frames:
+                views.append(await ch.next_frame())
+            done.set_result(None)
+            ch.close()
+
+        server, port = await _serve(on_channel)
+        _r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(b"".join(frame(f) for f in frames))
+        await asyncio.wait_for(done, 5)
+        w.close()
+        server.close()
+        return [bytes(v) for v in views]
+
+    assert asyncio.run(main()) == frames
+
+
+def test_a_slow_reader_of_a_big_tls_response_is_not_buffered_whole(pki, tmp_path):
+    """32 MiB of record bytes to a TLS client that reads slowly: the broker copies them through the TLS
+    transport chunk by chunk and waits for the transport to drain, so its write buffer stays bounded."""
+    from kafkalite.broker.config import BrokerConfig
+    from kafkalite.broker.server import Broker, _handshake, listener_tls_context
+
+    cfg = BrokerConfig.load(None, {"listeners": "SSL://127.0.0.1:0", "log.dirs": tmp_path / "d",
+                                   "ssl.keystore.type": "PKCS12", "ssl.keystore.location": pki.broker.p12,
+                                   "ssl.keystore.password": PASSWORD})
+    ctx = listener_tls_context(cfg, "SSL")
+    assert ctx is not None
+    size = 32 * MiB
+    segment = tmp_path / "00000000000000000000.log"
+    segment.write_bytes(os.urandom(size))
+    broker = Broker(cfg)
+
+    async def main() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        peak = [0]
+        sent = loop.create_future()
+
+        async def on_channel(ch: Channel) -> None:
+            assert await _handshake(ch, ctx, None, "SSL") is None
+
+            async def watch() -> None:
+                while not sent.done():
+                    peak[0] = max(peak[0], ch.transport.get_write_buffer_size())
+                    await asyncio.sleep(0.005)
+
+            watcher = asyncio.create_task(watch())
+            await broker._send(ch, [FileRegion(os.open(segment, os.O_RDONLY), 0, size)])
+            sent.set_result(None)
+            await watcher
+            ch.close()
+
+        def factory() -> Channel:
+            return Channel(tls=True, on_made=lambda ch: loop.create_task(on_channel(ch)))
+
+        server = await loop.create_server(factory, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        r, w = await open_connection("127.0.0.1", port, ClientSecurity.from_client_props(
+            {"security.protocol": "SSL", "ssl.ca.location": str(pki.ca_pem)}))
+        got = 0
+        while got < size:
+            chunk = await asyncio.wait_for(r.read(256 * 1024), 10)
+            if not chunk:
+                break
+            got += len(chunk)
+            await asyncio.sleep(0.002)  # a slow reader
+        await asyncio.wait_for(sent, 10)
+        w.close()
+        server.close()
+        return got, peak[0]
+
+    got, peak = asyncio.run(main())
+    assert got == size
+    assert peak < 4 * MiB, peak  # one 1 MiB copy chunk plus TLS records in flight, never the whole response
+
+
+# --- through a real broker ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("channel") / "data", {"socket.request.max.bytes": 4 * MiB}).start()
+    yield b
+    assert b.stop() == 0, b.output()
+
+
+def _produce_request(topic: str, batch: bytes, correlation: int) -> bytes:
+    return encode_request(ApiKey.PRODUCE, 8, correlation, "channel-test", {
+        "transactional_id": None, "acks": 1, "timeout_ms": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+
+
+def test_broker_takes_a_1_mib_produce_in_small_segments_and_pipelined_requests_in_order(broker):
+    with KafkaClient(f"127.0.0.1:{broker.port}") as client:
+        topic = f"ch-{uuid.uuid4().hex[:8]}"
+        client.create_topic(topic, 1, 1)
+        big = build_batch([SimpleRecord(None, os.urandom(MiB - 200))])
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            req = _produce_request(topic, big, 1)
+            for i in range(0, len(req), 1400):
+                sock.sendall(req[i:i + 1400])
+                if i % 140_000 == 0:
+                    time.sleep(0.001)
+            corr, body = read_response(sock, ApiKey.PRODUCE, 8)
+            assert corr == 1
+            part = body["responses"][0]["partition_responses"][0]
+            assert (part["error_code"], part["base_offset"]) == (0, 0)
+            # five small produces in one write: five answers, in order, offsets 1..5
+            small = [build_batch([SimpleRecord(None, f"v{i}".encode())]) for i in range(5)]
+            sock.sendall(b"".join(_produce_request(topic, b, 10 + i) for i, b in enumerate(small)))
+            answers = [read_response(sock, ApiKey.PRODUCE, 8) for _ in small]
+            assert [c for c, _ in answers] == [10, 11, 12, 13, 14]
+            assert [a["responses"][0]["partition_responses"][0]["base_offset"] for _, a in answers] == [1, 2, 3, 4, 5]
+        # a connection that goes away mid-frame appends nothing and leaves the broker serving the others
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+            sock.sendall(_produce_request(topic, big, 2)[:300_000])
+        time.sleep(0.2)
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+            sock.sendall(encode_request(ApiKey.LIST_OFFSETS, 1, 4, "t", {"replica_id": -1, "topics": [
+                {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]}))
+            corr, body = read_response(sock, ApiKey.LIST_OFFSETS, 1)
+        assert corr == 4 and body["topics"][0]["partitions"][0]["offset"] == 6
+
+
+def test_a_request_over_socket_request_max_bytes_closes_only_that_connection(broker):
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as bad, \
+            socket.create_connection(("127.0.0.1", broker.port), timeout=10) as good:
+        bad.sendall(struct.pack(">i", 4 * MiB + 1) + b"x" * 1000)
+        assert bad.recv(1) == b""  # closed by the broker
+        good.sendall(encode_request(ApiKey.API_VERSIONS, 0, 3, "t", {}))
+        size = struct.unpack(">i", recv_exact(good, 4))[0]
+        assert size > 0 and recv_exact(good, size)[:4] == struct.pack(">i", 3)
+
+
+# --- the leader's append from the received buffer -----------------------------------------------------------
+
+
+def test_the_leader_appends_a_batch_from_a_writable_buffer_in_place(tmp_path):
+    """The offsets and leader epoch are patched into the caller's writable buffer (a request frame the
+    broker owns) and the batch is written from it: no copy of the batch in between."""
+    lg = Log(tmp_path / "t-0", LogConfig())
+    try:
+        lg.append_as_leader(build_batch([SimpleRecord(None, b"first")]), leader_epoch=3)
+        frame_buf = bytearray(b"head" + build_batch([SimpleRecord(None, b"x" * 1000)]))
+        view = memoryview(frame_buf)[4:]
+        info = lg.append_as_leader(view, leader_epoch=3)
+        assert info.first_offset == 1
+        base, _length, epoch = struct.unpack_from(">qii", frame_buf, 4)
+        assert (base, epoch) == (1, 3)  # patched where it lay: the view was not copied first
+    finally:
+        lg.close()
+    on_disk = (tmp_path / "t-0" / "00000000000000000000.log").read_bytes()
+    assert on_disk.endswith(bytes(view))
