@@ -3,9 +3,7 @@ broker process per core: docs/scaling.md) through `{id}` in an --override value.
 
 from __future__ import annotations
 
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +13,7 @@ import pytest
 
 from kafkalite.cli.cluster import broker_command
 from kafkalite.client import KafkaClient
+from tests.support.brokers import consecutive_free_ports
 
 pytestmark = pytest.mark.cluster
 
@@ -27,21 +26,11 @@ def test_broker_command_replaces_id_in_override_values_and_lets_them_win():
                         "log.dirs=/tmp/c/broker-2", "log.dirs=/mnt/disk2/kl", "num.partitions=6"]
 
 
-def _free(p: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", p))
-            return True
-        except OSError:
-            return False
-
-
 def test_each_broker_gets_its_own_log_dir_from_one_override(tmp_path, zookeeper_server):
     """Two brokers told `log.dirs=<tmp>/disk{id}/kl` each write their own dir; with the value taken literally
     the second broker would find the first one's dir locked and the command would fail."""
-    port = next(p for p in iter(lambda: random.randrange(20000, 30000), None) if _free(p) and _free(p + 1))
-    zk_port = next(p for p in iter(lambda: random.randrange(20000, 30000), None) if p not in (port, port + 1)
-                   and _free(p))
+    port = consecutive_free_ports(2)
+    zk_port = consecutive_free_ports(1, avoid=range(port, port + 2))
     proc = subprocess.Popen([sys.executable, "-m", "kafkalite.cli.main", "cluster", "--brokers", "2", "--dir",
                              str(tmp_path / "c"), "--port", str(port), "--zookeeper-port", str(zk_port),
                              "--override", f"log.dirs={tmp_path}/disk{{id}}/kl"],

@@ -426,20 +426,10 @@ def test_restarted_coordinator_serves_its_groups_offsets_once_it_leads_again(tmp
 
 
 def test_kafkalite_cluster_command_starts_and_stops_everything(tmp_path, zookeeper_server):
-    import random
+    from tests.support.brokers import consecutive_free_ports
 
-    def free(p: int) -> bool:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-                return True
-            except OSError:
-                return False
-
-    # consecutive ports below the ephemeral range, where outgoing connections can't take them meanwhile
-    port = next(p for p in iter(lambda: random.randrange(20000, 30000), None) if free(p) and free(p + 1))
-    zk_port = next(p for p in iter(lambda: random.randrange(20000, 30000), None) if p not in (port, port + 1)
-                   and free(p))
+    port = consecutive_free_ports(2)
+    zk_port = consecutive_free_ports(1, avoid=range(port, port + 2))
     proc = subprocess.Popen([sys.executable, "-m", "kafkalite.cli.main", "cluster", "--brokers", "2", "--dir",
                              str(tmp_path / "c"), "--port", str(port), "--zookeeper-port", str(zk_port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -18,9 +18,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def consecutive_free_ports(n: int) -> int:
+def consecutive_free_ports(n: int, avoid: range | tuple[int, ...] = ()) -> int:
     """The first of `n` free consecutive ports below the ephemeral range (so outgoing connections do not take
-    them meanwhile), as `kafkalite cluster --port` wants."""
+    them meanwhile), as `kafkalite cluster --port` wants; none of them in `avoid`."""
     import random
 
     def free(p: int) -> bool:
@@ -30,7 +30,8 @@ def consecutive_free_ports(n: int) -> int:
                 return True
             except OSError:
                 return False
-    return next(p for p in iter(lambda: random.randrange(20000, 30000), None) if all(free(p + i) for i in range(n)))
+    return next(p for p in iter(lambda: random.randrange(20000, 30000), None)
+                if all(p + i not in avoid and free(p + i) for i in range(n)))
 
 
 SLOW_STOP_S = 8.0  # a clean stop slower than this gets a SIGQUIT (kafkalite serve logs its asyncio tasks)

@@ -214,11 +214,16 @@ def _add(client: KafkaClient, args: Any) -> int:
     return 0
 
 
-def _list(client: KafkaClient, args: Any) -> int:
+def _pattern_type(args: Any) -> PatternType:
+    """--resource-pattern-type, a usage error naming the value when it is not one of Kafka's."""
     try:
-        pattern_type = parse_pattern_type(args.resource_pattern_type)
+        return parse_pattern_type(args.resource_pattern_type)
     except InvalidRequestError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _list(client: KafkaClient, args: Any) -> int:
+    pattern_type = _pattern_type(args)
     resources: list[ResourcePattern | None] = [*_resources(args, pattern_type)] or [None]
     principals = args.principal or [None]
     seen: list[AclBinding] = []
@@ -233,10 +238,7 @@ def _list(client: KafkaClient, args: Any) -> int:
 
 
 def _remove(client: KafkaClient, args: Any) -> int:
-    try:
-        pattern_type = parse_pattern_type(args.resource_pattern_type)
-    except InvalidRequestError as exc:
-        raise UsageError(str(exc)) from None
+    pattern_type = _pattern_type(args)
     resources = _resources(args, pattern_type)
     if not resources:
         raise UsageError("You must provide at least one resource: --topic <topic> or --cluster or --group <group> or "
