@@ -8,17 +8,20 @@ from kafkalite.protocol.schema import A, F, message
 
 LITERAL = 3  # PatternType.LITERAL: what a v0 request means and the schemas' default
 
+# An AclBindingFilter: DescribeAcls' request and each of DeleteAcls' filters (the same fields in Kafka's schemas)
+ACL_FILTER = [
+    F("resource_type_filter", "int8"),
+    F("resource_name_filter", "string", null=True),
+    F("pattern_type_filter", "int8", "1+", default=LITERAL),
+    F("principal_filter", "string", null=True),
+    F("host_filter", "string", null=True),
+    F("operation", "int8"),
+    F("permission_type", "int8"),
+]
+
 DESCRIBE_ACLS = message(
     ApiKey.DESCRIBE_ACLS, "0-3", flexible="2+",
-    request=[
-        F("resource_type_filter", "int8"),
-        F("resource_name_filter", "string", null=True),
-        F("pattern_type_filter", "int8", "1+", default=LITERAL),
-        F("principal_filter", "string", null=True),
-        F("host_filter", "string", null=True),
-        F("operation", "int8"),
-        F("permission_type", "int8"),
-    ],
+    request=ACL_FILTER,
     response=[
         F("throttle_time_ms", "int32"),
         F("error_code", "int16"),
@@ -62,15 +65,7 @@ CREATE_ACLS = message(
 DELETE_ACLS = message(
     ApiKey.DELETE_ACLS, "0-3", flexible="2+",
     request=[
-        A("filters", "0+", [
-            F("resource_type_filter", "int8"),
-            F("resource_name_filter", "string", null=True),
-            F("pattern_type_filter", "int8", "1+", default=LITERAL),
-            F("principal_filter", "string", null=True),
-            F("host_filter", "string", null=True),
-            F("operation", "int8"),
-            F("permission_type", "int8"),
-        ]),
+        A("filters", "0+", ACL_FILTER),
     ],
     response=[
         F("throttle_time_ms", "int32"),
