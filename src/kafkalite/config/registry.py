@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafkalite.config.listeners import DEFAULT_PORT, IMPLEMENTED_PROTOCOLS, NOT_IMPLEMENTED
+from kafkalite.config.listeners import DEFAULT_PORT, SECURITY_PROTOCOLS
 from kafkalite.errors import InvalidConfigError
 from kafkalite.storage.log_config import (
     BROKER_UNIT_KEYS,
@@ -58,7 +58,7 @@ def _codec(v: Any) -> str | None:
 
 
 def _inter_broker_protocol(v: Any) -> str | None:
-    return None if v.upper() in IMPLEMENTED_PROTOCOLS else f"{v} between brokers: {NOT_IMPLEMENTED}"
+    return None if v.upper() in SECURITY_PROTOCOLS else f"Value must be one of {', '.join(SECURITY_PROTOCOLS)}"
 
 
 def _one_of(*allowed: str) -> Callable[[Any], str | None]:
@@ -375,7 +375,6 @@ def listener_key(name: str) -> tuple[str, str] | None:
     return (listener.upper(), key) if sep and listener else None
 
 
-_LISTENER_KEY = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
 _MECHANISM_PREFIXES = tuple(f"{m.lower()}." for m in (*SASL_MECHANISMS, *SASL_REFUSED))
 
 
@@ -383,10 +382,10 @@ def listener_override_base(name: str) -> str | None:
     """The registered key a per-listener override stands for: `listener.name.<l>.<key>` (Kafka's
     ListenerName.configPrefix) and, for JAAS, `listener.name.<l>.<mechanism>.sasl.jaas.config`; None when
     `name` is no such key."""
-    m = _LISTENER_KEY.match(name)
-    if m is None:
+    per_listener = listener_key(name)
+    if per_listener is None:
         return None
-    rest = m.group(2)
+    rest = per_listener[1]
     for prefix in _MECHANISM_PREFIXES:
         if rest.startswith(prefix) and rest[len(prefix):] == "sasl.jaas.config":
             return "sasl.jaas.config"
