@@ -419,6 +419,19 @@ def _interleaved(clients: dict[str, Any], samples: int, warm_up: int, block: int
     return out
 
 
+def _against_loopback(clients: dict[str, Any], samples: int = 5000, warm_up: int = 500
+                      ) -> tuple[dict[str, list[float]], list[float]]:
+    """`_interleaved` samples of `clients` and of the blocking loopback echo (the machine's limit, same run),
+    every client closed afterwards: (the clients' samples, the loopback's)."""
+    clients = {**clients, "loopback": _Echo()}
+    try:
+        lat = _interleaved(clients, samples, warm_up)
+    finally:
+        for c in clients.values():
+            c.close()
+    return lat, lat.pop("loopback")
+
+
 def _quantiles(lat: list[float]) -> tuple[float, float, float]:
     """p50, p99, p99.9."""
     return statistics.median(lat), _p(lat, 99), statistics.quantiles(lat, n=1000)[998]
@@ -432,13 +445,7 @@ def _latency(broker: BrokerProcess, results: dict, samples: int = 5000, warm_up:
     clients: dict[str, Any] = {"confluent-kafka": _LibrdkafkaOne(broker.bootstrap, topic)}
     clients["confluent-kafka"].one()  # creates the topic
     clients["blocking raw client"] = _RawOne(broker.port, topic)
-    clients["loopback"] = _Echo()
-    try:
-        lat = _interleaved(clients, samples, warm_up)
-    finally:
-        for c in clients.values():
-            c.close()
-    rtt = lat.pop("loopback")
+    lat, rtt = _against_loopback(clients, samples, warm_up)
     rtt_med = statistics.median(rtt)
     suffix = f" (run {run})" if run else ""
     for name, xs in lat.items():
@@ -559,14 +566,8 @@ def bench_broker_recv(results: dict) -> None:
                                           cpu[f"fetch {name}"]) for name, b in brokers.items()}
         with tqdm(total=REPEATS * len(fns), desc="raw fetch", leave=False) as bar:
             rates.update(median_rates(fns, progress=bar))
-        clients: dict[str, Any] = {name: _RawOne(b.port, "recv") for name, b in brokers.items()}
-        clients["loopback"] = _Echo()
-        try:
-            lat = _interleaved(clients, 5000, 500)
-        finally:
-            for c in clients.values():
-                c.close()
-        rtt = statistics.median(lat.pop("loopback"))
+        lat, loopback = _against_loopback({name: _RawOne(b.port, "recv") for name, b in brokers.items()})
+        rtt = statistics.median(loopback)
         for what in ("produce", "fetch"):
             for name in brokers:
                 key = f"{what} {name}"

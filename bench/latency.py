@@ -22,10 +22,9 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any
 
 from bench import replication
-from bench.broker import RECORD, _Echo, _interleaved, _quantiles
+from bench.broker import RECORD, _against_loopback, _quantiles
 from bench.common import MiB, scratch_dir
 from tests.support.cluster import Cluster
 from tests.support.zookeeper import ZooKeeperServer, missing
@@ -126,14 +125,9 @@ class _FloorServer:
 
 
 def bench_asyncio_floor(results: dict) -> None:
-    clients: dict[str, Any] = {"asyncio streams": _FloorServer("streams"),
-                               "asyncio BufferedProtocol": _FloorServer("protocol"), "loopback": _Echo()}
-    try:
-        lat = _interleaved(clients, 5000, 500)
-    finally:
-        for c in clients.values():
-            c.close()
-    rtt = statistics.median(lat.pop("loopback"))
+    lat, loopback = _against_loopback({"asyncio streams": _FloorServer("streams"),
+                                       "asyncio BufferedProtocol": _FloorServer("protocol")})
+    rtt = statistics.median(loopback)
     for name, xs in lat.items():
         p50, p99, p999 = _quantiles(xs)
         results[f"latency floor of a Python server answering at once ({name})"] = (
