@@ -766,3 +766,11 @@ def test_cluster_replicates_over_sasl_and_scram_users_reach_every_broker(tmp_pat
             assert client.list_offset(topic, 0, -1) == 20
     finally:
         c.stop()
+
+
+def test_a_client_login_never_shows_its_password():
+    """ClientSecurity ends up in settings objects (controller, fetchers, Spark options) that may be logged or
+    appear in a traceback: the SASL password must not be in its repr."""
+    login = ClientSecurity("SASL_SSL", None, "SCRAM-SHA-512", "alice", "alice-secret")
+    assert "alice-secret" not in repr(login) and "alice" in repr(login)
+    assert login.sasl_password == "alice-secret"

@@ -42,6 +42,7 @@ from kafkalite.cleaner.config import CleanerConfig
 from kafkalite.cluster.local_store import LocalStore
 from kafkalite.cluster.store import ClusterStore
 from kafkalite.cluster.zk_store import ZkStore
+from kafkalite.config.listeners import TLS_PROTOCOLS
 from kafkalite.coordinator import GroupCoordinator
 from kafkalite.coordinator.config import OFFSETS_TOPIC
 from kafkalite.errors import KafkaliteError
@@ -56,7 +57,6 @@ from kafkalite.security.session import Session
 from kafkalite.security.tls import TlsSettings, peer_principal, server_context
 
 log = logging.getLogger("kafkalite.broker")
-TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 TLS_HANDSHAKE_TIMEOUT_S = 30.0
 TLS_COPY_CHUNK = 1 << 20  # record bytes read per write on a TLS connection (bounds the buffer, not the copy count)
 

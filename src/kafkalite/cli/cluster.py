@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkalite.cluster.zookeeper_server import DEBIAN_JAR, ZooKeeperServer
+from kafkalite.config.listeners import SECURITY_PROTOCOLS
 from kafkalite.errors import KafkaliteError
 
 EPILOG = """\
@@ -47,13 +48,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--zookeeper-jar", default=str(DEBIAN_JAR), help=f"ZooKeeper's jar (default {DEBIAN_JAR})")
     p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
                    help="a broker setting for every broker (repeatable); {id} in VALUE becomes the broker's id")
-    p.add_argument("--security-protocol", default="PLAINTEXT", choices=PROTOCOLS,
+    p.add_argument("--security-protocol", default="PLAINTEXT", choices=SECURITY_PROTOCOLS,
                    help="protocol of each broker's listener (default PLAINTEXT); other brokers connect to it too "
                         "(inter.broker.listener.name) unless an --override names the inter-broker listener")
     p.set_defaults(func=run)
 
 
-PROTOCOLS = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 INTER_BROKER_KEYS = ("inter.broker.listener.name", "security.inter.broker.protocol")
 # this command's own per-broker settings: an --override of them would be the same for every broker (the first
 # three always; the others unless their value has {id})

@@ -13,6 +13,7 @@ from kafkalite.errors import InvalidConfigError
 
 DEFAULT_PORT = 9092
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")  # the ones that run TLS under the Kafka protocol
 DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 _LISTENER = re.compile(r"^(?:(?P<name>[A-Za-z0-9_]+)://)?(?P<host>\[[^\]]*\]|[^:]*):(?P<port>-?\d+)$")
 

@@ -16,10 +16,11 @@ import functools
 import socket
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kafkalite.config import registry
+from kafkalite.config.listeners import SECURITY_PROTOCOLS, TLS_PROTOCOLS
 from kafkalite.error_codes import ErrorCode
 from kafkalite.errors import InvalidConfigError, SaslAuthenticationError
 from kafkalite.protocol.api_keys import ApiKey
@@ -28,8 +29,6 @@ from kafkalite.security.sasl import SCRAM_MECHANISMS, JaasError, SaslClientExcha
 from kafkalite.security.tls import TlsSettings, client_context
 
 PLAINTEXT = "PLAINTEXT"
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_PLAINTEXT = "SASL_PLAINTEXT"
 CLIENT_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 
 
@@ -43,11 +42,11 @@ class ClientSecurity:
     ssl_context: ssl.SSLContext | None = None
     sasl_mechanism: str = ""
     sasl_username: str = ""
-    sasl_password: str = ""
+    sasl_password: str = field(default="", repr=False)  # never in a log line or a traceback
 
     @property
     def uses_tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return self.protocol in TLS_PROTOCOLS
 
     @property
     def uses_sasl(self) -> bool:
@@ -60,9 +59,10 @@ class ClientSecurity:
         and, for convenience, librdkafka's ssl.ca.location / ssl.certificate.location / ssl.key.location.
         Unknown security.protocol values and ssl.* settings kafkalite cannot honour are refused by name."""
         protocol = str(props.get("security.protocol", PLAINTEXT)).strip().upper()
-        if protocol not in PROTOCOLS:
-            raise InvalidConfigError(f"{where}: security.protocol={protocol} is not one of {', '.join(PROTOCOLS)}")
-        ctx = client_tls_context(props, where) if protocol in ("SSL", "SASL_SSL") else None
+        if protocol not in SECURITY_PROTOCOLS:
+            raise InvalidConfigError(f"{where}: security.protocol={protocol} is not one of "
+                                     f"{', '.join(SECURITY_PROTOCOLS)}")
+        ctx = client_tls_context(props, where) if protocol in TLS_PROTOCOLS else None
         if not protocol.startswith("SASL_"):
             return cls(protocol, ctx)
         try:
@@ -79,7 +79,7 @@ class ClientSecurity:
         listener = config.inter_broker_listener().name
         protocol = config.security_protocol(listener)
         ctx = None
-        if protocol in ("SSL", "SASL_SSL"):
+        if protocol in TLS_PROTOCOLS:
             settings = TlsSettings.read(functools.partial(config.listener_prop, listener),
                                         where=f"inter-broker listener {listener}")
             ctx = client_context(settings)
