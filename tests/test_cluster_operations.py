@@ -266,7 +266,12 @@ def test_sigterm_moves_leadership_before_exit_and_the_cli_restores_preferred_lea
         assert "Proceeding to do an unclean shutdown as all the controlled shutdown attempts failed" in log
 
         # ElectLeaders on a broker that is not the controller: NOT_CONTROLLER for each partition (v0 and v2)
-        controller = cluster.metadata(other)["controller_id"]
+        # the controller as ZooKeeper names it: a broker's metadata may still show the one before the stop
+        def elected() -> int | None:
+            c = cluster.zk_json("/controller")
+            return c["brokerid"] if c and c["brokerid"] in cluster.running() else None
+
+        controller = _wait(elected, 10, "a live controller")
         bystander = next(b for b in cluster.running() if b != controller)
         for version in (0, 2):
             answer = cluster.request(bystander, ApiKey.ELECT_LEADERS, {

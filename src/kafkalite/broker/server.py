@@ -58,6 +58,7 @@ from kafkalite.security.tls import TlsSettings, peer_principal, server_context
 
 log = logging.getLogger("kafkalite.broker")
 TLS_HANDSHAKE_TIMEOUT_S = 30.0
+CLOSE_WAIT_S = 2.0  # for a closed connection to finish closing (TLS: the close_notify exchange), then aborted
 TLS_COPY_CHUNK = 1 << 20  # record bytes read per write on a TLS connection (bounds the buffer, not the copy count)
 
 class _SaslState(SaslServerAuthenticator):
@@ -288,8 +289,11 @@ class Broker:
             self._writers.pop(task, None)
             self._last_active.pop(task, None)
             writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            try:  # a TLS peer that never answers close_notify must not hold the broker (or its stop) for long
+                async with asyncio.timeout(CLOSE_WAIT_S):
+                    await writer.wait_closed()
+            except Exception:
+                writer.transport.abort()
 
     async def _serve(self, writer: Channel, session: Session) -> None:
         """Requests one at a time: the channel reads the next frame into the connection's decoder (the frame
