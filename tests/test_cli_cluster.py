@@ -61,3 +61,21 @@ def test_each_broker_gets_its_own_log_dir_from_one_override(tmp_path, zookeeper_
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_console_consumer_joins_its_group_at_the_coordinator_not_at_the_bootstrap_broker(cluster):
+    """A console consumer bootstrapped to a broker that does not coordinate its group joins, syncs, heartbeats
+    and leaves through the coordinator (the client's group_request: found by FindCoordinator, looked up again
+    and retried on NOT_COORDINATOR and kin, as Kafka's consumer does)."""
+    cluster.create_topic("gm", partitions=1, replication_factor=3)
+    cluster.wait_isr("gm", 1, 3)
+    first_id, first = next(iter(cluster.brokers.items()))
+    cli = [sys.executable, "-m", "kafkalite.cli.main"]
+    r = subprocess.run([*cli, "produce", "--bootstrap-server", cluster.bootstrap, "--topic", "gm"],
+                       input="v0\nv1\nv2\n", capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with KafkaClient(cluster.bootstrap) as c:
+        group = next(g for g in (f"grp-{i}" for i in range(200)) if c.coordinator(g).node_id != first_id)
+    r = subprocess.run([*cli, "consume", "--bootstrap-server", first.bootstrap, "--topic", "gm", "--group", group,
+                        "--from-beginning", "--max-messages", "3"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.split() == ["v0", "v1", "v2"], r.stdout + r.stderr

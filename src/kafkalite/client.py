@@ -638,6 +638,11 @@ class KafkaClient:
         res = conn.request(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0, "coordinator_keys": [group]})
         return res["coordinators"][0] if conn.versions.get(ApiKey.FIND_COORDINATOR, 0) >= 4 else res
 
+    def group_request(self, group: str, api: int, body: dict[str, Any]) -> dict[str, Any]:
+        """A group membership request (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) sent to the group's
+        coordinator, found again and retried on NOT_COORDINATOR and kin, as Kafka's consumer does."""
+        return self._group_request(group, api, body, lambda res: int(res.get("error_code", 0)))
+
     def _group_request(self, group: str, api: int, body: dict[str, Any],
                        code_of: Callable[[dict[str, Any]], int]) -> dict[str, Any]:
         """One request to `group`'s coordinator; on NOT_COORDINATOR (and kin) or a failed connection the

@@ -69,7 +69,7 @@ class GroupMember:
         """Join (or rejoin) the group and return this member's partitions."""
         deadline = time.monotonic() + REBALANCE_TIMEOUT_MS / 1000
         while True:
-            res = self.client.request(ApiKey.JOIN_GROUP, {
+            res = self.client.group_request(self.group, ApiKey.JOIN_GROUP, {
                 "group_id": self.group, "session_timeout_ms": SESSION_TIMEOUT_MS,
                 "rebalance_timeout_ms": REBALANCE_TIMEOUT_MS, "member_id": self.member_id,
                 "protocol_type": PROTOCOL_TYPE,
@@ -89,7 +89,7 @@ class GroupMember:
             assignments = []
             if res["leader"] == self.member_id:
                 assignments = self._assign(res["members"])
-            sync = self.client.request(ApiKey.SYNC_GROUP, {
+            sync = self.client.group_request(self.group, ApiKey.SYNC_GROUP, {
                 "group_id": self.group, "generation_id": self.generation, "member_id": self.member_id,
                 "protocol_type": PROTOCOL_TYPE, "protocol_name": ASSIGNOR, "assignments": assignments})
             if sync["error_code"] in _REJOIN and time.monotonic() < deadline:
@@ -119,8 +119,8 @@ class GroupMember:
         `join()` again."""
         if time.monotonic() - self._last_heartbeat < HEARTBEAT_INTERVAL_S:
             return False
-        res = self.client.request(ApiKey.HEARTBEAT, {"group_id": self.group, "generation_id": self.generation,
-                                                     "member_id": self.member_id})
+        res = self.client.group_request(self.group, ApiKey.HEARTBEAT, {
+            "group_id": self.group, "generation_id": self.generation, "member_id": self.member_id})
         self._last_heartbeat = time.monotonic()
         if res["error_code"] in _REJOIN:
             return True
@@ -131,8 +131,8 @@ class GroupMember:
     def leave(self) -> None:
         if not self.member_id:
             return
-        res = self.client.request(ApiKey.LEAVE_GROUP, {"group_id": self.group, "member_id": self.member_id,
-                                                       "members": [{"member_id": self.member_id}]})
+        res = self.client.group_request(self.group, ApiKey.LEAVE_GROUP, {
+            "group_id": self.group, "member_id": self.member_id, "members": [{"member_id": self.member_id}]})
         if res["error_code"] and res["error_code"] != ErrorCode.UNKNOWN_MEMBER_ID:
             log.warning("LeaveGroup of group %s: %s", self.group, ErrorCode(res["error_code"]).name)
         self.member_id, self.generation = "", -1
