@@ -332,3 +332,130 @@ def test_the_leader_appends_a_batch_from_a_writable_buffer_in_place(tmp_path):
         lg.close()
     on_disk = (tmp_path / "t-0" / "00000000000000000000.log").read_bytes()
     assert on_disk.endswith(bytes(view))
+
+
+# --- the send path: file regions straight to the socket ------------------------------------------------------
+
+
+def _regions_file(tmp_path, sizes: list[int]) -> tuple[str, bytes]:
+    data = os.urandom(sum(sizes))
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(data)
+    return str(path), data
+
+
+def test_a_response_of_many_regions_goes_to_a_slow_reader_whole_without_loop_sendfile(tmp_path):
+    """200 partitions' headers and 64 KiB regions, then a 16 MiB one, to a reader slower than the socket: every
+    byte arrives in order, the wait for a full socket happens in `send_parts` (asyncio's sendfile, which
+    pauses and resumes reading and registers a writer around each region, is made to fail here), and the
+    connection reads requests again afterwards."""
+    from kafkalite.broker.config import BrokerConfig
+    from kafkalite.broker.server import Broker
+
+    sizes = [64 * 1024] * 200 + [16 * MiB]
+    path, data = _regions_file(tmp_path, sizes)
+    broker = Broker(BrokerConfig.load(None, {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": tmp_path / "d"}))
+
+    def parts() -> tuple[list, bytes]:
+        out: list = [b"head"]
+        want = bytearray(b"head")
+        pos = 0
+        for i, n in enumerate(sizes):
+            hdr = struct.pack(">i", i)
+            out += [hdr, FileRegion(os.open(path, os.O_RDONLY), pos, n)]
+            want += hdr + data[pos:pos + n]
+            pos += n
+        return [*out, b"tail"], bytes(want + b"tail")
+
+    async def main() -> tuple[bytes, bytes, bytes]:
+        loop = asyncio.get_running_loop()
+
+        async def no_sendfile(*_args, **_kwargs):
+            raise AssertionError("loop.sendfile used for a plaintext response")
+
+        loop.sendfile = no_sendfile  # type: ignore[method-assign]
+        response, want = parts()
+
+        async def on_channel(ch: Channel) -> None:
+            assert ch.sends_directly
+            await ch.next_frame()
+            await broker._send(ch, response)
+            f = await ch.next_frame()  # reading resumed: the next request is taken
+            ch.write(frame(bytes(f)))
+            await ch.drain()
+            ch.close()
+
+        server, port = await _serve(on_channel)
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(frame(b"fetch"))
+        got = bytearray()
+        while len(got) < len(want):
+            chunk = await asyncio.wait_for(r.read(256 * 1024), 10)
+            assert chunk, "the connection closed early"
+            got += chunk
+            if len(got) < 8 * MiB:
+                await asyncio.sleep(0.001)  # a slow reader: the broker's socket fills
+        w.write(frame(b"next"))
+        echo = await asyncio.wait_for(r.readexactly(8), 10)
+        w.close()
+        server.close()
+        return bytes(got), want, echo
+
+    got, want, echo = asyncio.run(main())
+    assert got == want
+    assert echo == frame(b"next")
+
+
+def test_a_reader_that_goes_away_mid_response_ends_only_its_connection(tmp_path):
+    """The peer closes while a 64 MiB region waits for room in its socket: sending ends with a
+    ConnectionError, every region's descriptor is closed, the writer registration is gone (the next
+    connection, which may get the same descriptor number, is served normally)."""
+    from kafkalite.broker.config import BrokerConfig
+    from kafkalite.broker.server import Broker
+
+    path, _data = _regions_file(tmp_path, [64 * MiB])
+    broker = Broker(BrokerConfig.load(None, {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": tmp_path / "d"}))
+    fds = [os.open(path, os.O_RDONLY) for _ in range(3)]
+
+    async def main() -> tuple[list[str], bytes]:
+        outcomes: list[str] = []
+        first = True
+
+        async def on_channel(ch: Channel) -> None:
+            nonlocal first
+            f = await ch.next_frame()
+            if first:
+                first = False
+                try:
+                    await broker._send(ch, [b"hdr", FileRegion(fds[0], 0, 64 * MiB), b"mid",
+                                            FileRegion(fds[1], 0, MiB), FileRegion(fds[2], 0, MiB)])
+                    outcomes.append("sent")
+                except ConnectionError as exc:
+                    outcomes.append(type(exc).__name__)
+            else:
+                ch.write(frame(bytes(f)))
+                await ch.drain()
+            ch.close()
+
+        server, port = await _serve(on_channel)
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(frame(b"fetch"))
+        await asyncio.wait_for(r.readexactly(MiB), 10)  # some of it, then go away
+        w.transport.abort()
+        for _ in range(200):
+            if outcomes:
+                break
+            await asyncio.sleep(0.01)
+        r2, w2 = await asyncio.open_connection("127.0.0.1", port)
+        w2.write(frame(b"again"))
+        echo = await asyncio.wait_for(r2.readexactly(9), 10)
+        w2.close()
+        server.close()
+        return outcomes, echo
+
+    outcomes, echo = asyncio.run(main())
+    assert outcomes and outcomes[0] != "sent", outcomes
+    assert echo == frame(b"again")
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed by _send

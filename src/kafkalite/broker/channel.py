@@ -16,17 +16,28 @@ size is checked against the limit that applies once the request before it has be
 
 The channel also quacks like the `StreamWriter` the handlers were written against (`write`, `drain`,
 `transport`, `get_extra_info`, `start_tls`, `close`, `wait_closed`).
+
+A response with file regions (a fetch) leaves through `send_parts` on a plaintext connection: its parts go
+straight to the socket in order, bytes with `send(MSG_MORE)` and regions with `os.sendfile`, and only when the
+socket is full does the channel wait for it to drain (one writer registration, removed when writable).
+asyncio's `loop.sendfile` would pause and resume reading (two `epoll_ctl`), wait for an empty buffer and
+register and unregister a writer around every region: per region, not per full socket, which made a fetch of
+many partitions one event-loop round and four selector calls per partition. MSG_MORE lets the kernel put a
+partition's header into the same segment as its records instead of a packet of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import os
+import socket
 import ssl
 from collections.abc import Callable
 from typing import Any
 
 from kafkalite.protocol.connection import FrameDecoder, InvalidReceiveError
+from kafkalite.protocol.primitives import FileRegion
 
 STAGE_BYTES = 16 * 1024  # a read when no frame is in progress: prefixes, small requests (per connection: small)
 _MIN_ROOM = 4096  # less free staging room than this: compact (or grow) before the next read
@@ -55,6 +66,9 @@ class Channel(asyncio.BufferedProtocol):
         self._paused_writing = False
         self._drain_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closed_waiter: asyncio.Future[None] | None = None
+        self._sending: asyncio.Future[None] | None = None  # send_parts waits for the socket to take more
+        self._sending_fd = -1
+        self._raw: socket.socket | None = None  # send_parts' view of the transport's socket (detached, never closed)
 
     # --- protocol callbacks ----------------------------------------------------------------------
 
@@ -107,6 +121,10 @@ class Channel(asyncio.BufferedProtocol):
         self._closed = True
         self._lost = exc
         self._wake()
+        self._stop_waiting_writable(ConnectionResetError("Connection lost") if exc is None else exc)
+        if self._raw is not None:
+            self._raw.detach()  # the transport closes the descriptor, right after this callback
+            self._raw = None
         while self._drain_waiters:
             w = self._drain_waiters.popleft()
             if not w.done():
@@ -212,6 +230,104 @@ class Channel(asyncio.BufferedProtocol):
         self._drain_waiters.append(waiter)
         await waiter
 
+    @property
+    def sends_directly(self) -> bool:
+        """May `send_parts` write to the socket itself: a plaintext connection on asyncio's selector event loop,
+        whose internals it uses as `loop.sendfile` does (writer registration, the transport's empty waiter);
+        TLS encrypts in the transport instead."""
+        return (not self._tls and self.transport is not None and not self._closed
+                and hasattr(asyncio.get_running_loop(), "_add_writer")
+                and hasattr(self.transport, "_make_empty_waiter")
+                and self.transport.get_extra_info("socket") is not None)
+
+    async def send_parts(self, parts: list[bytes | bytearray | memoryview | FileRegion]) -> int:
+        """A response's parts straight to the socket, in order (see the module doc); returns the bytes of file
+        regions sent, which is less than their sizes only when a file shrank under us. Bytes the transport
+        still holds go first. Raises ConnectionError when the peer goes away."""
+        await self._flushed()
+        sock = self._raw
+        if sock is None:
+            # asyncio hands out a TransportSocket without send(): a socket object over the same descriptor gives
+            # send with MSG_MORE; it is detached (never closes the descriptor) when the connection is lost
+            ts = self.transport.get_extra_info("socket")
+            sock = self._raw = socket.socket(ts.family, ts.type, ts.proto, ts.fileno())
+        fd = sock.fileno()
+        region_bytes = 0
+        last = len(parts) - 1
+        for i, part in enumerate(parts):
+            if part.__class__ is FileRegion:
+                assert isinstance(part, FileRegion)
+                sent = await self._sendfile(fd, part)
+                region_bytes += sent
+                if sent < part.size:
+                    return region_bytes
+            else:
+                await self._send_bytes(sock, part, socket.MSG_MORE if i < last else 0)  # type: ignore[arg-type]
+        return region_bytes
+
+    async def _flushed(self) -> None:
+        """Wait until the transport has handed every byte written through it to the kernel (asyncio's own
+        sendfile waits the same way)."""
+        if self._closed or self.transport.is_closing():
+            raise ConnectionResetError("Connection lost") if self._lost is None else self._lost
+        if self.transport.get_write_buffer_size():
+            try:
+                await self.transport._make_empty_waiter()
+            finally:
+                self.transport._reset_empty_waiter()
+
+    async def _send_bytes(self, sock: socket.socket, data: bytes | bytearray | memoryview, flags: int) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            try:
+                n = sock.send(view, flags)
+            except (BlockingIOError, InterruptedError):
+                await self._writable(sock.fileno())
+                continue
+            except OSError as exc:
+                raise ConnectionResetError(f"sending a response failed: {exc}") from exc
+            view = view[n:]
+
+    async def _sendfile(self, fd: int, region: FileRegion) -> int:
+        sent = 0
+        while sent < region.size:
+            try:
+                n = os.sendfile(fd, region.fd, region.position + sent, region.size - sent)
+            except (BlockingIOError, InterruptedError):
+                await self._writable(fd)
+                continue
+            except OSError as exc:
+                raise ConnectionResetError(f"sendfile of a response failed: {exc}") from exc
+            if n == 0:
+                break  # the file ends before the region does
+            sent += n
+        return sent
+
+    async def _writable(self, fd: int) -> None:
+        """Until the socket can take more bytes; raises when the connection is lost meanwhile. The transport
+        holds no bytes then (`_flushed`), so it has no writer registered that this one would replace."""
+        if self._closed:
+            raise ConnectionResetError("Connection lost") if self._lost is None else self._lost
+        loop: Any = asyncio.get_running_loop()
+        waiter = self._sending = loop.create_future()
+        self._sending_fd = fd
+        loop._add_writer(fd, _set_done, waiter)
+        try:
+            await waiter
+        finally:
+            self._stop_waiting_writable(None)
+
+    def _stop_waiting_writable(self, exc: BaseException | None) -> None:
+        if self._sending_fd >= 0:
+            asyncio.get_running_loop()._remove_writer(self._sending_fd)  # type: ignore[attr-defined]
+            self._sending_fd = -1
+        waiter, self._sending = self._sending, None
+        if waiter is not None and not waiter.done():
+            if exc is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(exc)
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return default if self.transport is None else self.transport.get_extra_info(name, default)
 
@@ -241,3 +357,8 @@ class Channel(asyncio.BufferedProtocol):
         if self._closed_waiter is None:
             self._closed_waiter = asyncio.get_running_loop().create_future()
         await self._closed_waiter
+
+
+def _set_done(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

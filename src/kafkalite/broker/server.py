@@ -433,9 +433,18 @@ class Broker:
         return conn.encode(header, outcome.body)
 
     async def _send(self, writer: Channel | asyncio.StreamWriter, parts: list[Any]) -> None:
+        """A response's parts in order. With file regions on a plaintext channel, the channel writes them to
+        the socket itself (`Channel.send_parts`: sendfile per region, no selector churn between them)."""
         loop = asyncio.get_running_loop()
         i = 0
         try:
+            if isinstance(writer, Channel) and writer.sends_directly:
+                regions = sum(p.size for p in parts if isinstance(p, FileRegion))
+                if regions:
+                    sent = await writer.send_parts(parts)
+                    if sent != regions:  # a file shrank under us: the frame can't be completed
+                        raise ConnectionError(f"sent {sent} of {regions} record bytes")
+                    return
             while i < len(parts):
                 part = parts[i]
                 i += 1
