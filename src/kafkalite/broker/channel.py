@@ -22,7 +22,8 @@ straight to the socket in order, bytes with `send(MSG_MORE)` and regions with `o
 socket is full does the channel wait for it to drain (one writer registration, removed when writable).
 asyncio's `loop.sendfile` would pause and resume reading (two `epoll_ctl`), wait for an empty buffer and
 register and unregister a writer around every region: per region, not per full socket, which made a fetch of
-many partitions one event-loop round and four selector calls per partition. MSG_MORE lets the kernel put a
+many partitions one event-loop round and four selector calls per partition (and uvloop has no sendfile at
+all). Only public event-loop calls are used, so any asyncio event loop serves it. MSG_MORE lets the kernel put a
 partition's header into the same segment as its records instead of a packet of its own.
 """
 
@@ -232,12 +233,9 @@ class Channel(asyncio.BufferedProtocol):
 
     @property
     def sends_directly(self) -> bool:
-        """May `send_parts` write to the socket itself: a plaintext connection on asyncio's selector event loop,
-        whose internals it uses as `loop.sendfile` does (writer registration, the transport's empty waiter);
-        TLS encrypts in the transport instead."""
+        """May `send_parts` write to the socket itself: a plaintext connection whose transport has a socket
+        (TLS encrypts in the transport instead)."""
         return (not self._tls and self.transport is not None and not self._closed
-                and hasattr(asyncio.get_running_loop(), "_add_writer")
-                and hasattr(self.transport, "_make_empty_waiter")
                 and self.transport.get_extra_info("socket") is not None)
 
     async def send_parts(self, parts: list[bytes | bytearray | memoryview | FileRegion]) -> int:
@@ -266,15 +264,17 @@ class Channel(asyncio.BufferedProtocol):
         return region_bytes
 
     async def _flushed(self) -> None:
-        """Wait until the transport has handed every byte written through it to the kernel (asyncio's own
-        sendfile waits the same way)."""
+        """Wait until the transport has handed every byte written through it to the kernel: with a high-water
+        mark of 0 the transport pauses this protocol while it holds anything and resumes it once empty."""
         if self._closed or self.transport.is_closing():
             raise ConnectionResetError("Connection lost") if self._lost is None else self._lost
         if self.transport.get_write_buffer_size():
+            self.transport.set_write_buffer_limits(high=0, low=0)
             try:
-                await self.transport._make_empty_waiter()
+                await self.drain()
             finally:
-                self.transport._reset_empty_waiter()
+                if not self.transport.is_closing():
+                    self.transport.set_write_buffer_limits()
 
     async def _send_bytes(self, sock: socket.socket, data: bytes | bytearray | memoryview, flags: int) -> None:
         view = memoryview(data).cast("B")
@@ -304,14 +304,15 @@ class Channel(asyncio.BufferedProtocol):
         return sent
 
     async def _writable(self, fd: int) -> None:
-        """Until the socket can take more bytes; raises when the connection is lost meanwhile. The transport
-        holds no bytes then (`_flushed`), so it has no writer registered that this one would replace."""
+        """Until the socket can take more bytes; raises when the connection is lost meanwhile. The wait is
+        registered on a duplicate of the descriptor: the event loop refuses a writer on a transport's own, and
+        the duplicate keeps the registration apart from whatever the transport does with its descriptor."""
         if self._closed:
             raise ConnectionResetError("Connection lost") if self._lost is None else self._lost
-        loop: Any = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         waiter = self._sending = loop.create_future()
-        self._sending_fd = fd
-        loop._add_writer(fd, _set_done, waiter)
+        self._sending_fd = os.dup(fd)
+        loop.add_writer(self._sending_fd, _set_done, waiter)
         try:
             await waiter
         finally:
@@ -319,7 +320,8 @@ class Channel(asyncio.BufferedProtocol):
 
     def _stop_waiting_writable(self, exc: BaseException | None) -> None:
         if self._sending_fd >= 0:
-            asyncio.get_running_loop()._remove_writer(self._sending_fd)  # type: ignore[attr-defined]
+            asyncio.get_running_loop().remove_writer(self._sending_fd)
+            os.close(self._sending_fd)
             self._sending_fd = -1
         waiter, self._sending = self._sending, None
         if waiter is not None and not waiter.done():
