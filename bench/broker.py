@@ -38,6 +38,7 @@ from bench.common import (
     raw_write_16k,
     scratch_dir,
 )
+from kafkalite.client import KafkaClient
 from kafkalite.protocol import ApiKey, decode_response, encode_request
 from kafkalite.records import SimpleRecord, build_batch, iter_batches
 from tests.support.brokers import BrokerProcess, free_port
@@ -179,6 +180,39 @@ def _raw_fetch(port: int, topic: str, total: int, partition_max: int = 8 * MiB, 
                 offset = batch.base_offset + batch.last_offset_delta + 1
                 complete += len(batch.buffer)
             got += complete
+        return got, time.perf_counter() - t0
+    finally:
+        conn.close()
+
+
+def _raw_fetch_wide(port: int, topic: str, partitions: int, per_partition: int, partition_max: int = 64 * KiB
+                    ) -> tuple[int, float]:
+    """Fetch requests for `partitions` partitions at once, `partition_max` bytes each (a consumer of a wide
+    topic), until every partition's `per_partition` bytes have come; records not opened beyond the last
+    batch header of each partition."""
+    version = 11
+    conn = _RawConnection(port)
+    offsets = [0] * partitions
+    done = [0] * partitions
+    got = 0
+    try:
+        t0 = time.perf_counter()
+        while min(done) < per_partition - partition_max:
+            body = {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 256 * MiB,
+                    "isolation_level": 0, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [],
+                    "rack_id": "", "topics": [{"topic": topic, "partitions": [{
+                        "partition": p, "current_leader_epoch": -1, "fetch_offset": offsets[p],
+                        "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": partition_max}
+                        for p in range(partitions) if done[p] < per_partition - partition_max]}]}
+            conn.sock.sendall(encode_request(ApiKey.FETCH, version, 1, "bench", body))
+            for part in conn.receive(ApiKey.FETCH, version)["responses"][0]["partitions"]:
+                if part["error_code"] or not part["records"]:
+                    raise RuntimeError(f"fetch of partition {part['partition_index']} returned error "
+                                       f"{part['error_code']} / no records")
+                for batch in iter_batches(part["records"]):
+                    offsets[part["partition_index"]] = batch.base_offset + batch.last_offset_delta + 1
+                    done[part["partition_index"]] += len(batch.buffer)
+                    got += len(batch.buffer)
         return got, time.perf_counter() - t0
     finally:
         conn.close()
@@ -531,28 +565,47 @@ def _with_cpu(broker: BrokerProcess, fn: Any, cpu: list[float]) -> Any:
     return run
 
 
+def _before_and_after(d: Any) -> dict[str, BrokerProcess]:
+    """A broker of this tree ("after") and, when BENCH_BASELINE_SRC names the `src` directory of other code
+    (e.g. the main checkout's), one of that ("before"), started side by side."""
+    baseline_src = os.environ.get("BENCH_BASELINE_SRC")
+    brokers: dict[str, BrokerProcess] = {}
+    saved = os.environ.get("PYTHONPATH")
+    for name, src in (("before", baseline_src), ("after", None)):
+        if name == "before" and not src:
+            continue
+        if src:
+            os.environ["PYTHONPATH"] = src  # the broker subprocess imports kafkalite from there
+        try:
+            brokers[name] = BrokerProcess(d / name / "data", {"log.segment.bytes": 256 * MiB}).start()
+        except BaseException:
+            for b in brokers.values():
+                b.stop()
+            raise
+        finally:
+            if saved is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved
+    return brokers
+
+
+def _cpu_ratio(cpu: dict[str, list[float]], rates: dict[str, float], key: str, name: str, what: str) -> str:
+    if name != "after" or f"{what} before" not in rates:
+        return ""
+    return (f"rate {rates[key] / rates[f'{what} before']:.2f}x, CPU/GiB "
+            f"{statistics.median(cpu[key]) / statistics.median(cpu[f'{what} before']):.2f}x before")
+
+
 def bench_broker_recv(results: dict) -> None:
     """The receive path (issue 17), before and after in one run: a broker of this tree and one of
     BENCH_BASELINE_SRC (a `src` directory of the code to compare with, e.g. the main checkout's), side by side
     and interleaved: pipelined 1 MiB raw produce and raw fetch of a backlog (rate and the broker's CPU seconds
     per GiB), and the blocking raw client's produce latency. Without BENCH_BASELINE_SRC only this tree runs."""
-    baseline_src = os.environ.get("BENCH_BASELINE_SRC")
     d = scratch_dir()
     brokers: dict[str, BrokerProcess] = {}
-    saved = os.environ.get("PYTHONPATH")
     try:
-        for name, src in (("before", baseline_src), ("after", None)):
-            if name == "before" and not src:
-                continue
-            if src:
-                os.environ["PYTHONPATH"] = src  # the broker subprocess imports kafkalite from there
-            try:
-                brokers[name] = BrokerProcess(d / name / "data", {"log.segment.bytes": 256 * MiB}).start()
-            finally:
-                if saved is None:
-                    os.environ.pop("PYTHONPATH", None)
-                else:
-                    os.environ["PYTHONPATH"] = saved
+        brokers.update(_before_and_after(d))
         cpu: dict[str, list[float]] = {}
         fns: dict[str, Any] = {}
         for name, b in brokers.items():
@@ -571,10 +624,7 @@ def bench_broker_recv(results: dict) -> None:
         for what in ("produce", "fetch"):
             for name in brokers:
                 key = f"{what} {name}"
-                ratio = ""
-                if name == "after" and "before" in brokers:
-                    ratio = (f"rate {rates[key] / rates[f'{what} before']:.2f}x, CPU/GiB "
-                             f"{statistics.median(cpu[key]) / statistics.median(cpu[f'{what} before']):.2f}x before")
+                ratio = _cpu_ratio(cpu, rates, key, name, what)
                 results[f"receive path: raw {what}, broker {name}"] = (
                     f"{fmt_rate(rates[key])}, {statistics.median(cpu[key]):.2f} CPU-s/GiB "
                     f"({min(cpu[key]):.2f}-{max(cpu[key]):.2f})", ratio,
@@ -594,5 +644,55 @@ def bench_broker_recv(results: dict) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
+SEND_PARTITIONS = int(os.environ.get("BENCH_SEND_PARTITIONS", "256"))
+
+
+def bench_broker_send(results: dict) -> None:
+    """The send path (issue 17), before and after in one run like `broker-recv`: a backlog consumed by
+    confluent-kafka (one partition, 8 MiB fetches) and by the raw client fetching SEND_PARTITIONS partitions
+    at once with 64 KiB each (a response of many file regions); rate and the broker's CPU seconds per GiB."""
+    d = scratch_dir()
+    brokers: dict[str, BrokerProcess] = {}
+    per_partition = max(MiB, DATA_BYTES // SEND_PARTITIONS)
+    try:
+        brokers.update(_before_and_after(d))
+        cpu: dict[str, list[float]] = {}
+        fns: dict[str, Any] = {}
+        for name, b in brokers.items():
+            _produce_all(b.bootstrap, "send", DATA_BYTES)
+            _consume_all(b.bootstrap, "send", RECORD)  # the group's coordinator (and __consumer_offsets) first
+            with KafkaClient(b.bootstrap) as admin:
+                res = admin.request(ApiKey.CREATE_TOPICS, {"topics": [{
+                    "name": "wide", "num_partitions": SEND_PARTITIONS, "replication_factor": 1, "assignments": [],
+                    "configs": []}], "timeout_ms": 60_000})
+                assert res["topics"][0]["error_code"] == 0, res
+            for p in range(SEND_PARTITIONS):
+                # 16 KiB batches: a partition's 64 KiB share of a response holds several (librdkafka's
+                # batches are as small under light per-partition load)
+                _raw_produce(b.port, "wide", per_partition, request_bytes=16 * KiB, in_flight=16, partition=p)
+            for what in ("consume", "wide fetch"):
+                cpu[f"{what} {name}"] = []
+            fns[f"consume {name}"] = _with_cpu(b, functools.partial(_consume_all, b.bootstrap, "send", DATA_BYTES),
+                                               cpu[f"consume {name}"])
+            fns[f"wide fetch {name}"] = _with_cpu(
+                b, functools.partial(_raw_fetch_wide, b.port, "wide", SEND_PARTITIONS, per_partition),
+                cpu[f"wide fetch {name}"])
+        with tqdm(total=REPEATS * len(fns), desc="send path", leave=False) as bar:
+            rates = median_rates(fns, progress=bar)
+        for what in ("consume", "wide fetch"):
+            for name in brokers:
+                key = f"{what} {name}"
+                label = ("confluent-kafka consume, 1 KiB records" if what == "consume" else
+                         f"raw fetch of {SEND_PARTITIONS} partitions x 64 KiB per request")
+                results[f"send path: {label}, broker {name}"] = (
+                    f"{fmt_rate(rates[key])}, {statistics.median(cpu[key]):.2f} CPU-s/GiB "
+                    f"({min(cpu[key]):.2f}-{max(cpu[key]):.2f})", _cpu_ratio(cpu, rates, key, name, what),
+                    "<= 0.30 s/GiB")
+    finally:
+        for b in brokers.values():
+            b.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
 ALL = {"broker": bench_broker, "broker-latency": bench_broker_latency, "tls": bench_tls,
-       "broker-recv": bench_broker_recv}
+       "broker-recv": bench_broker_recv, "broker-send": bench_broker_send}

@@ -98,6 +98,41 @@ def test_scan_spans_windows_and_big_batches(tmp_path):
     assert [h.base_offset for h in hdrs] == [0, 1, 2, 1, 4]
 
 
+@given(st.lists(st.integers(min_value=0, max_value=40_000), min_size=1, max_size=40))
+def test_a_header_scan_that_grows_its_window_sees_every_batch(tmp_path_factory, value_sizes):
+    """The header-only scan reads 8 KiB first and more at each refill: whatever the batch sizes, it yields
+    the same (position, size) as a scan with bodies, and every header."""
+    path = tmp_path_factory.mktemp("grow") / "a.log"
+    batches = [build_batch([(None, b"x" * n, 5)], base_offset=i) for i, n in enumerate(value_sizes)]
+    fr = _filled(path, batches)
+    with_bodies = [(pos, size) for pos, size, _ in fr.iter_views(0)]
+    headers = list(fr.batch_headers(0))
+    assert [(h.position, h.size) for h in headers] == with_bodies
+    assert [h.base_offset for h in headers] == list(range(len(batches)))
+    fr.close()
+
+
+def test_a_search_near_the_index_entry_reads_a_few_kib(tmp_path, monkeypatch):
+    """A fetch finds its first batch from the index entry within index.interval.bytes (4 KiB): the search
+    reads one small window, not 256 KiB of the file (it did, for every partition of every fetch)."""
+    batches = [batch_at(i, value=os.urandom(1000)) for i in range(1000)]  # ~1 MiB of 1 KiB batches
+    fr = _filled(tmp_path / "a.log", batches)
+    start = sum(len(b) for b in batches[:500])
+    read: list[int] = []
+    real = os.preadv
+
+    def counting(fd, buffers, offset, *args):
+        n = real(fd, buffers, offset, *args)
+        read.append(n)
+        return n
+
+    monkeypatch.setattr(os, "preadv", counting)
+    found = fr.search_for_offset_with_size(503, start)
+    assert found is not None and found.offset == 503
+    assert sum(read) <= 8 * 1024, read
+    fr.close()
+
+
 def test_tiny_length_field_is_corrupt(tmp_path):
     fr = _filled(tmp_path / "a.log", [batch_at(0)])
     fr.append(b"\x00" * 8 + b"\x00\x00\x00\x05" + b"\x00" * 10)

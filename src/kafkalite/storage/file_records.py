@@ -35,6 +35,11 @@ from kafkalite.storage.names import as_path
 MAX_FILE_SIZE = (1 << 31) - 1  # FileRecords refuses larger files: positions are int32 in the index
 MIN_BATCH_LENGTH = 14  # a length field below this cannot frame any message format
 _WINDOW = 256 * 1024
+# A header-only scan starts with this much and reads 4x more at each refill, up to _WINDOW: a fetch's search
+# for its start batch (within index.interval.bytes of the index entry, 4 KiB by default) reads a few KiB,
+# a whole-segment scan soon reads _WINDOW at a time. Reading _WINDOW for every search made each fetched
+# partition cost a zeroed 256 KiB buffer and a 256 KiB copy out of the page cache.
+_HEADER_WINDOW = 8 * 1024
 _SCAN_STRIDE = 31 * 1024 * 1024
 _SCAN_OVERLAP = 1024 * 1024  # windows overlap so that a batch up to this size never straddles two mappings
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -236,17 +241,20 @@ class FileRecords:
         return RecordBatch(self.read(position, size))
 
     def iter_views(
-        self, start: int = 0, end: int | None = None, *, with_body: bool = True, window: int = _WINDOW
+        self, start: int = 0, end: int | None = None, *, with_body: bool = True, window: int | None = None
     ) -> Iterator[tuple[int, int, memoryview]]:
         """Yield (position, size, view) per batch between start and end (default: logical size).
 
         `view` covers the whole batch when `with_body`, else at least its header (up to 61 bytes).
         Like Kafka's FileLogInputStream: fewer than 17 bytes left, or a batch running past `end`,
-        ends the scan quietly; a length field below 14 raises CorruptRecordError.
+        ends the scan quietly; a length field below 14 raises CorruptRecordError. Without `window`, a
+        header-only scan reads _HEADER_WINDOW first and 4x more at each refill (up to _WINDOW), a scan
+        with bodies _WINDOW at a time.
         """
         if end is None:
             end = self._size
-        buf = bytearray(window)
+        grow = window is None and not with_body
+        buf = bytearray(min(window or (_HEADER_WINDOW if grow else _WINDOW), max(end - start, 0)) or 1)
         mv = memoryview(buf)
         win_start = start
         win_len = 0
@@ -255,6 +263,9 @@ class FileRecords:
         while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
             off = pos - win_start
             if off < 0 or (off + RECORD_BATCH_OVERHEAD > win_len and win_start + win_len < end):
+                if grow and win_len and len(buf) < _WINDOW:  # a longer scan than one search: read further ahead
+                    buf = bytearray(min(len(buf) * 4, _WINDOW))
+                    mv = memoryview(buf)
                 want = min(len(buf), end - pos)
                 win_start, win_len, off = pos, os.preadv(fd, [mv[:want]], pos), 0
                 if win_len < HEADER_SIZE_UP_TO_MAGIC:
