@@ -459,3 +459,38 @@ def test_a_reader_that_goes_away_mid_response_ends_only_its_connection(tmp_path)
     for fd in fds:
         with pytest.raises(OSError):
             os.fstat(fd)  # closed by _send
+
+
+def test_regions_wait_for_the_bytes_the_transport_still_holds(tmp_path):
+    """Bytes written through the transport before a response of file regions (8 MiB, most of them still
+    buffered: the reader has not started) leave first: `send_parts` waits for the transport to empty before
+    its own writes, so the stream stays in order."""
+    from kafkalite.broker.config import BrokerConfig
+    from kafkalite.broker.server import Broker
+
+    path, data = _regions_file(tmp_path, [4 * MiB])
+    before = os.urandom(8 * MiB)
+    broker = Broker(BrokerConfig.load(None, {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": tmp_path / "d"}))
+
+    async def main() -> tuple[bytes, int]:
+        held = [0]
+
+        async def on_channel(ch: Channel) -> None:
+            await ch.next_frame()
+            ch.write(before)
+            held[0] = ch.buffered_out
+            await broker._send(ch, [b"hdr", FileRegion(os.open(path, os.O_RDONLY), 0, len(data)), b"end"])
+            ch.close()
+
+        server, port = await _serve(on_channel)
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(frame(b"fetch"))
+        await asyncio.sleep(0.2)  # the broker's socket and transport fill up meanwhile
+        got = await asyncio.wait_for(r.read(), 20)
+        w.close()
+        server.close()
+        return got, held[0]
+
+    got, held = asyncio.run(main())
+    assert held > 0  # the transport did hold bytes when the regions were sent
+    assert got == before + b"hdr" + data + b"end"
