@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kafkalite.broker.partition import Partition, follower_runs
-from kafkalite.broker.replica_fetcher import FetcherSettings, ReplicaFetcher, ReplicaFetcherManager
+from kafkalite.broker.replica_fetcher import FetcherSettings, FrameBuffers, ReplicaFetcher, ReplicaFetcherManager
 from kafkalite.protocol import ApiKey
 from kafkalite.protocol.codec import RequestHeader, encode_response
 from kafkalite.protocol.connection import ServerConnection
@@ -97,7 +97,9 @@ class Follower:
     def follow(self, port: int) -> ReplicaFetcher:
         self.manager.learn_leaders([{"broker_id": 1, "host_name": "127.0.0.1", "port": port}])
         self.manager.add_partition(self.part)
-        return self.manager.fetchers[1]
+        fetcher = self.manager.fetchers[1]
+        fetcher.frame_buffers.min_size = 0  # every frame from the reused buffers (10 MiB rounds in production)
+        return fetcher
 
 
 def _bytes(lg: Log) -> bytes:
@@ -136,6 +138,24 @@ def _run(tmp_path, batches: int, test: Callable[[Leader, Follower, int], Any], l
     asyncio.run(main())
 
 
+def test_frame_buffers_are_reused_only_once_no_view_of_them_is_alive():
+    bufs = FrameBuffers(keep=2, min_size=100)
+    a = bufs(1000)
+    a[:5] = b"first"
+    kept = a[:5]  # a view of the frame outliving it (as a record batch kept by someone would)
+    del a
+    b = bufs(1000)
+    assert bufs.allocated == 2 and bufs.reused == 0  # the first buffer is still viewed: not handed out
+    del b
+    c = bufs(900)
+    assert bufs.reused == 1 and bytes(kept) == b"first"  # the free one came back; the viewed one untouched
+    del c, kept
+    held = (bufs(1000), bufs(1000))  # both free again: no new allocation, two buffers in use at once
+    assert len(held) == 2
+    assert bufs.allocated == 2 and bufs.reused == 3
+    assert isinstance(bufs(10), bytearray) and bufs.allocated == 2  # small frames are not pooled
+
+
 def test_follower_runs_walks_batch_headers_to_the_last_whole_batch(tmp_path):
     leader = Leader(tmp_path, 6)
     data = _bytes(leader.log)
@@ -163,6 +183,8 @@ def test_a_follower_behind_the_hw_fetches_ahead_and_copies_the_log_byte_for_byte
         # (the HW) was not: the answer before it reached the HW
         assert fetcher.speculative_fetches == rounds - 1
         assert _bytes(follower.log) == _bytes(leader.log)
+        # two buffers served every answer (one being appended, one being received), none reused too early
+        assert fetcher.frame_buffers.reused >= len(offsets) - 4 and fetcher.frame_buffers.allocated <= 4
         assert offsets == sorted(offsets)  # nothing asked twice, nothing skipped back
         assert follower.log.leader_epoch_cache.epoch_entries() == leader.log.leader_epoch_cache.epoch_entries()
 
