@@ -14,11 +14,19 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from kafkalite.broker.partition import Partition, follower_runs
-from kafkalite.broker.replica_fetcher import FetcherSettings, FrameBuffers, ReplicaFetcher, ReplicaFetcherManager
+from kafkalite.broker.replica_fetcher import (
+    FetcherSettings,
+    FrameBuffers,
+    ReplicaFetcher,
+    ReplicaFetcherManager,
+    _ResponseStream,
+)
 from kafkalite.protocol import ApiKey
 from kafkalite.protocol.codec import RequestHeader, encode_response
-from kafkalite.protocol.connection import ServerConnection
+from kafkalite.protocol.connection import ClientConnection, CorrelationError, ServerConnection
 from kafkalite.records import SimpleRecord, build_batch, iter_batches
 from kafkalite.storage.log import FetchIsolation, Log
 from tests.support.logs import Env
@@ -314,3 +322,57 @@ def test_a_leader_change_in_a_round_fetched_ahead_truncates_to_the_new_history(t
         assert follower.log.leader_epoch_cache.epoch_entries() == leader.log.leader_epoch_cache.epoch_entries()
 
     _run(tmp_path, 60, test)
+
+
+def _answer_frames(correlation_ids: list[int], hws: list[int]) -> bytes:
+    out = b""
+    for cid, hw in zip(correlation_ids, hws, strict=True):
+        out += b"".join(bytes(p) for p in encode_response(RequestHeader(ApiKey.FETCH, 12, cid, None), {
+            "throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [{"topic": "t", "partitions": [{
+                "partition_index": 0, "error_code": 0, "high_watermark": hw, "last_stable_offset": hw,
+                "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
+                "records": b""}]}]}))
+    return out
+
+
+_FETCH = {"replica_id": 2, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+          "session_id": 0, "session_epoch": -1, "topics": [], "forgotten_topics_data": [], "rack_id": ""}
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_two_requests_in_flight_are_answered_in_order_or_the_connection_is_lost(in_order):
+    """The stream pairs answers with requests by correlation id, oldest first (Kafka answers a connection's
+    requests in order); an answer out of order loses the stream, failing both requests."""
+
+    async def run() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            conn = ServerConnection(1 << 20)
+            cids = []
+            for _ in range(2):
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                cids.append(conn.decode(await reader.readexactly(size)).header.correlation_id)
+            writer.write(_answer_frames(cids if in_order else cids[::-1], [10, 20] if in_order else [20, 10]))
+            await writer.drain()
+            await reader.read()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        async with server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+            stream = _ResponseStream.take_over(reader, writer, ClientConnection("test"))
+            first, second = stream.send(ApiKey.FETCH, 12, _FETCH), stream.send(ApiKey.FETCH, 12, _FETCH)
+            try:
+                if in_order:
+                    b2 = await asyncio.wait_for(stream.answer(second), 10)
+                    b1 = await asyncio.wait_for(stream.answer(first), 10)
+                    assert [b["responses"][0]["partitions"][0]["high_watermark"] for b in (b1, b2)] == [10, 20]
+                else:
+                    for answer in (first, second):
+                        with pytest.raises(CorrelationError):
+                            await asyncio.wait_for(stream.answer(answer), 10)
+                    with pytest.raises(ConnectionError):
+                        stream.send(ApiKey.FETCH, 12, _FETCH)
+            finally:
+                stream.close()
+
+    asyncio.run(run())

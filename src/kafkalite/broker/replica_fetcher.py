@@ -233,10 +233,8 @@ class _ResponseStream(asyncio.BufferedProtocol):
         return sum(1 for a in self._answers if not a.done())
 
     def close(self) -> None:
-        """Close the connection; answers still awaited are cancelled (nobody will read them)."""
-        for a in self._answers:
-            a.cancel()
-        self._answers.clear()
+        """Close the connection; answers not received yet fail with ConnectionError."""
+        self._fail(ConnectionError("the connection to the leader was closed"))
         self.transport.close()
 
     def _fail(self, exc: BaseException) -> None:
@@ -246,6 +244,7 @@ class _ResponseStream(asyncio.BufferedProtocol):
             a = self._answers.popleft()
             if not a.done():
                 a.set_exception(exc if isinstance(exc, Exception) else ConnectionError(str(exc)))
+                a.exception()  # a request given up on (a look-ahead dropped) has no reader: no "never retrieved"
         self.resume_writing()  # a writer waiting for the buffer to drain then finds the answer failed
 
     # asyncio.BufferedProtocol
