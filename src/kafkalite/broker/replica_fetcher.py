@@ -22,6 +22,10 @@ Everything that touches a log runs on the event loop between awaits, as the brok
 only after checking that the partition still follows the same leader at the same epoch as when the request
 left: LeaderAndIsr removes a partition from its fetcher before changing its role, so a stale answer is
 dropped rather than applied.
+
+While a follower catches up below the leader's HW, the next Fetch goes out before the last answer is
+appended (`ReplicaFetcher._speculate`; docs/design.md, deviations): two requests in flight, never more, and
+only where the offset it reports can move neither the leader's HW nor its ISR.
 """
 
 from __future__ import annotations
@@ -227,10 +231,6 @@ class _ResponseStream(asyncio.BufferedProtocol):
         if self._writable is not None:
             await asyncio.shield(self._writable)
         return await answer
-
-    @property
-    def in_flight(self) -> int:
-        return sum(1 for a in self._answers if not a.done())
 
     def close(self) -> None:
         """Close the connection; answers not received yet fail with ConnectionError."""
@@ -520,7 +520,9 @@ class ReplicaFetcher:
         of AbstractFetcherThread.processFetchRequest); True when it needs the §4.4 out-of-range path."""
         part = self._current(st)
         if part is None or st.fetch_offset != offset or part.log_end_offset != offset:
-            return False  # the state changed meanwhile: the data is for a fetch nobody wants any more
+            # The state changed meanwhile: the data is for a fetch nobody wants any more (a LeaderAndIsr or
+            # StopReplica, a truncation, or a fetch sent ahead of an append that fell short of its offset).
+            return False
         code = pr["error_code"]
         if code == E.NONE:
             div = pr.get("diverging_epoch") or {}
