@@ -13,7 +13,9 @@ each figure next to the machine limit it is judged by, measured in the same run.
 
 Sizes: BENCH_REPL_MIB (throughput data per run, default 64), BENCH_CATCHUP_MIB (N, default 128 for a
 quick run; the issue's figure is BENCH_CATCHUP_MIB=1024), BENCH_REPL_FAILOVERS (default 3),
-BENCH_REPEATS as everywhere. Skipped with a message when ZooKeeper is not installed.
+BENCH_REPEATS as everywhere; BENCH_REPL_PARTS (comma-separated of throughput, latency, failover, catchup;
+default all) runs only those parts, e.g. `BENCH_REPL_PARTS=catchup` to iterate on the catch-up. Skipped with a
+message when ZooKeeper is not installed.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import threading
 import time
 
 from bench.broker import RECORD, _loopback_sendfile, _p, _raw_produce, _rtt_samples
-from bench.common import REPEATS, MiB, fmt_rate, median_rates, prefault, scratch_dir
+from bench.common import REPEATS, GiB, MiB, fmt_rate, median_rates, prefault, scratch_dir
 from kafkalite.client import KafkaClient, KafkaClientError, ProduceOutcomeUnknown
 from kafkalite.protocol import ApiKey
 from kafkalite.records import SimpleRecord, build_batch
@@ -36,6 +38,7 @@ from tests.support.zookeeper import ZooKeeperServer, missing
 DATA_BYTES = int(os.environ.get("BENCH_REPL_MIB", "64")) * MiB
 CATCHUP_BYTES = int(os.environ.get("BENCH_CATCHUP_MIB", "128")) * MiB
 FAILOVERS = int(os.environ.get("BENCH_REPL_FAILOVERS", "3"))
+PARTS = {p.strip() for p in os.environ.get("BENCH_REPL_PARTS", "throughput,latency,failover,catchup").split(",")}
 LATENCY_SAMPLES = 1500
 LAG_TIME_MS = 3000  # replica.lag.time.max.ms for the run (reference §7.3): a dead follower leaves the ISR soon
 
@@ -196,20 +199,47 @@ def _catch_up(cluster: Cluster, results: dict, d) -> None:
     target = _log_size(cluster, 1, "cu")
     cluster.agreed_view(lambda v: len(v[1]) == 2, timeout_s=SESSION_TIMEOUT_MS / 1000 + 30)  # its session ended
     prefault(CATCHUP_BYTES + 256 * MiB)  # the follower's page cache grows by N: host-backed memory, as everywhere
+    log_start = follower.log_path.stat().st_size if follower.log_path.exists() else 0
     follower.start()
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time()
+    cpu0 = _cpu_seconds(follower.proc.pid)
     timeout = max(60.0, 10 * limit)
     try:
         _wait(lambda: _log_size(cluster, 3, "cu") >= target and 3 in _state(cluster, "cu", 1)[2], timeout,
               "broker 3 to catch up")
         took = time.monotonic() - t0
-        results[label] = (f"{took:.2f} s ({fmt_rate(CATCHUP_BYTES / took)})",
+        cpu = _cpu_seconds(follower.proc.pid) - cpu0
+        started = _first_fetch_after(follower.log_path, log_start, "cu", wall0)
+        results[label] = (f"{took:.2f} s ({fmt_rate(CATCHUP_BYTES / took)}; fetching began after {started:.2f} s), "
+                          f"follower CPU {cpu * GiB / CATCHUP_BYTES:.2f} s per GiB",
                           f"{took / limit:.0%} of 2x loopback sendfile time ({limit:.2f} s, "
                           f"{fmt_rate(sendfile_rate)})", "<= 100%")
     except TimeoutError:
         got = max(_log_size(cluster, 3, "cu"), 0)
         results[label] = (f"not within {timeout:.0f} s ({got // MiB:,} of {target // MiB:,} MiB)",
                           f"limit {limit:.2f} s (2x loopback sendfile)", "<= 100%")
+
+
+def _first_fetch_after(log_path, offset: int, topic: str, wall0: float) -> float:
+    """Seconds from `wall0` to the follower's log line saying it fetches `topic` (its start-up, ZooKeeper
+    registration and the controller's LeaderAndIsr come first); -1 when not found."""
+    import datetime
+
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        for line in f.read().decode(errors="replace").splitlines():
+            if f" fetches {topic}-0 from leader " in line:
+                stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+                return stamp.timestamp() - wall0
+    return -1.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (/proc/<pid>/stat), seconds: on two shared cores, CPU per GiB is the steadier
+    measure of the follower's work than wall time."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_replication(results: dict) -> None:
@@ -223,10 +253,14 @@ def bench_replication(results: dict) -> None:
                                           "log.segment.bytes": 256 * MiB}).start()
     try:
         cluster.agreed_view(lambda v: len(v[1]) == 3, timeout_s=60)
-        _throughput(cluster, results)
-        _latency(cluster, results)
-        _failover(cluster, results)
-        _catch_up(cluster, results, d)
+        if PARTS & {"throughput", "latency"}:
+            _throughput(cluster, results)
+        if "latency" in PARTS:
+            _latency(cluster, results)
+        if "failover" in PARTS:
+            _failover(cluster, results)
+        if "catchup" in PARTS:
+            _catch_up(cluster, results, d)
     finally:
         cluster.stop()
         zk.stop()

@@ -417,8 +417,8 @@ class Partition:
     # checks the leader epoch around each call, so none of these is ever applied for a leadership that was
     # replaced while its request was in flight.
 
-    def append_records_as_follower(self, records: bytes | bytearray | memoryview,
-                                   chunk_bytes: int | None = None) -> LogAppendInfo:
+    def append_records_as_follower(self, records: bytes | bytearray | memoryview, chunk_bytes: int | None = None,
+                                   runs: list[tuple[int, int]] | None = None) -> LogAppendInfo:
         """Append the leader's batches as they are (Kafka's Partition.appendRecordsToFollowerOrFutureReplica):
         offsets and partition leader epochs kept, the epoch cache and producer state updated from them, so
         this replica can lead later and still deduplicate idempotent retries. Only whole batches are
@@ -426,27 +426,20 @@ class Partition:
 
         With `chunk_bytes` (replica.fetch.max.bytes) a large fetch is appended in runs of whole batches of
         at most that size (at least one batch each): the log, its index density (one entry per append) and
-        its segment-size check then see exactly what Kafka's 1 MiB fetches give them. A failure in a later
-        run leaves the earlier ones appended; the caller reads the log end, not this result, to go on."""
-        if chunk_bytes is None or len(records) <= chunk_bytes:
-            return self.log.append_as_follower(records)
+        its segment-size check then see exactly what Kafka's 1 MiB fetches give them. `runs` passes the
+        walk `follower_runs` already made (the fetcher's look-ahead needs it before the append). A failure
+        in a later run leaves the earlier ones appended; the caller reads the log end, not this result, to
+        go on."""
+        if runs is None:
+            if chunk_bytes is None or len(records) <= chunk_bytes:
+                return self.log.append_as_follower(records)
+            runs = follower_runs(records, chunk_bytes).runs
         view = memoryview(records)
-        end = len(view)
         first: LogAppendInfo | None = None
         info = LogAppendInfo(-1, -1, -1, -1, log_start_offset=self.log.log_start_offset)
-        start = pos = 0
-        while True:
-            size = _batch_size_at(view, pos, end)
-            if size < 0:  # a broken length: the log refuses the rest with its position and reason
-                size = end - pos
-            if size and (pos - start + size <= chunk_bytes or pos == start):
-                pos += size
-                continue
-            if pos == start:  # nothing whole left (a partial last batch is fetched again)
-                break
-            info = self.log.append_as_follower(view[start:pos])
+        for start, end in runs:
+            info = self.log.append_as_follower(view[start:end])
             first = first or info
-            start = pos
         if first is not None and first is not info:
             info.first_offset = first.first_offset
         return info
@@ -475,6 +468,49 @@ class Partition:
         if leader_log_start <= self.log.log_start_offset or leader_log_start > self.log.high_watermark:
             return False
         return self.log.maybe_increment_log_start_offset(leader_log_start, "leader offset increment")
+
+
+@dataclass
+class FollowerRuns:
+    """A fetched partition's records cut for the follower's append (`follower_runs`)."""
+
+    runs: list[tuple[int, int]]  # (start, end) byte positions, whole batches, in order
+    next_offset: int  # one past the last offset of the last whole batch; -1 when none or a length is broken
+    last_epoch: int  # the partition leader epoch of that batch (-1 when unknown)
+
+
+def follower_runs(records: bytes | bytearray | memoryview, chunk_bytes: int | None) -> FollowerRuns:
+    """Runs of whole batches of at most `chunk_bytes` each (at least one batch each; one run when None),
+    without a partial last batch, and the offset after the last whole batch, read from batch headers only
+    (one step per batch, no record opened, no CRC: the log checks those when it appends). A length below
+    Kafka's minimum ends the walk with a run to the end, for the log to refuse with its position and
+    reason, and `next_offset` -1: nothing can be assumed past it."""
+    view = memoryview(records)
+    end = len(view)
+    limit = end if chunk_bytes is None else chunk_bytes
+    runs: list[tuple[int, int]] = []
+    start = pos = 0
+    last = -1
+    broken = False
+    while True:
+        size = _batch_size_at(view, pos, end)
+        if size < 0:  # a broken length: the log refuses the rest with its position and reason
+            size, broken = end - pos, True
+        elif size:
+            last = pos
+        if size and (pos - start + size <= limit or pos == start):
+            pos += size
+            continue
+        if pos == start:  # nothing whole left (a partial last batch is fetched again)
+            break
+        runs.append((start, pos))
+        start = pos
+    if broken or last < 0 or view[last + 16] != 2:  # only v2 headers say where a batch ends
+        return FollowerRuns(runs, -1, -1)
+    base = int.from_bytes(view[last:last + 8], "big", signed=True)
+    epoch = int.from_bytes(view[last + 12:last + 16], "big", signed=True)
+    last_delta = int.from_bytes(view[last + 23:last + 27], "big", signed=True)
+    return FollowerRuns(runs, base + last_delta + 1, epoch)
 
 
 def _batch_size_at(view: memoryview, pos: int, end: int) -> int:

@@ -22,6 +22,10 @@ Everything that touches a log runs on the event loop between awaits, as the brok
 only after checking that the partition still follows the same leader at the same epoch as when the request
 left: LeaderAndIsr removes a partition from its fetcher before changing its role, so a stale answer is
 dropped rather than applied.
+
+While a follower catches up below the leader's HW, the next Fetch goes out before the last answer is
+appended (`ReplicaFetcher._speculate`; docs/design.md, deviations): two requests in flight, never more, and
+only where the offset it reports can move neither the leader's HW nor its ISR.
 """
 
 from __future__ import annotations
@@ -31,11 +35,12 @@ import contextlib
 import logging
 import re
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkalite.broker.partition import Partition
+from kafkalite.broker.partition import FollowerRuns, Partition, follower_runs
 from kafkalite.errors import CorruptRecordError, KafkaliteError
 from kafkalite.protocol import ApiKey, ErrorCode
 from kafkalite.protocol.connection import ClientConnection
@@ -127,17 +132,69 @@ class _Disconnected(Exception):
     pass
 
 
+class FrameBuffers:
+    """The buffers large response frames are received into, reused from round to round: a new 10 MiB
+    bytearray per fetch round cost the follower its zeroing (bytearray(n) writes n zeros), the page faults
+    of fresh memory and its unmapping when freed. A buffer is handed out again only when no view of the
+    frame it last held is alive (`_unexported`), whatever path kept one; the follower's append keeps none
+    (the segment file is written from the view, producer state and the epoch cache keep numbers), so two
+    buffers serve a fetcher with two requests in flight."""
+
+    def __init__(self, keep: int = 2, min_size: int = 1 << 20) -> None:
+        self.keep = keep
+        self.min_size = min_size  # smaller frames come from malloc's arenas: nothing to save
+        self._buffers: list[bytearray] = []
+        self.reused = 0
+        self.allocated = 0
+
+    def __call__(self, size: int) -> bytearray | memoryview:
+        if size < self.min_size:
+            return bytearray(size)
+        spare = None
+        for i, buf in enumerate(self._buffers):
+            if _unexported(buf):
+                if len(buf) >= size:
+                    self.reused += 1
+                    return memoryview(buf)[:size]
+                spare = i
+        self.allocated += 1
+        buf = bytearray(size + (size >> 4))  # room for the next answer being a little larger
+        if spare is not None:
+            self._buffers[spare] = buf
+        elif len(self._buffers) < self.keep:
+            self._buffers.append(buf)
+        else:
+            return buf
+        return memoryview(buf)[:size]
+
+
+def _unexported(buf: bytearray) -> bool:
+    """True when no view of `buf` is alive. A bytearray refuses to change its size while any buffer export
+    exists (every memoryview of it, and every slice of those, holds one), so shrinking it by a byte tells;
+    growing it back stays within its allocation, so neither step moves or copies the contents."""
+    try:
+        del buf[-1:]
+    except BufferError:
+        return False
+    buf.append(0)
+    return True
+
+
 class _ResponseStream(asyncio.BufferedProtocol):
     """The fetcher's connection once `open_connection` has secured it: the socket reads straight into the
     buffer of the response frame in progress (`recv_into` on FrameDecoder.recv_buffer), so a megabyte of
     fetched records reaches the follower's log without a copy in Python. A StreamReader would copy it
     three times (into its buffer, out as bytes, into the frame) and stop reading every 128 KiB (its
-    limit), one event-loop round each. One request at a time, as Kafka's fetcher sends them."""
+    limit), one event-loop round each.
+
+    Requests may be pipelined (`send`, then `answer`): Kafka answers a connection's requests in order, and
+    ClientConnection checks each answer's correlation id against the oldest request awaiting one. The
+    fetcher has at most two in flight, and only while catching up below the HW (ReplicaFetcher._speculate)."""
 
     def __init__(self, conn: ClientConnection, transport: asyncio.Transport) -> None:
         self.conn = conn
         self.transport = transport
-        self._answer: asyncio.Future[dict[str, Any]] | None = None
+        self._answers: deque[asyncio.Future[dict[str, Any]]] = deque()
         self._writable: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
@@ -158,26 +215,36 @@ class _ResponseStream(asyncio.BufferedProtocol):
         return stream
 
     async def request(self, api: ApiKey, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.answer(self.send(api, version, body))
+
+    def send(self, api: ApiKey, version: int, body: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
+        """Write one request; its answer is the future returned (await it through `answer`)."""
         if self._error is not None:
             raise ConnectionError(f"the connection to the leader is lost ({self._error})")
         _cid, frame = self.conn.send_request(api, version, body)
-        answer = self._answer = asyncio.get_running_loop().create_future()
-        try:
-            self.transport.write(frame)
-            if self._writable is not None:
-                await asyncio.shield(self._writable)
-            return await answer
-        finally:
-            self._answer = None
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._answers.append(answer)
+        self.transport.write(frame)
+        return answer
+
+    async def answer(self, answer: asyncio.Future[dict[str, Any]]) -> dict[str, Any]:
+        if self._writable is not None:
+            await asyncio.shield(self._writable)
+        return await answer
 
     def close(self) -> None:
+        """Close the connection; answers not received yet fail with ConnectionError."""
+        self._fail(ConnectionError("the connection to the leader was closed"))
         self.transport.close()
 
     def _fail(self, exc: BaseException) -> None:
         if self._error is None:
             self._error = exc
-        if self._answer is not None and not self._answer.done():
-            self._answer.set_exception(exc if isinstance(exc, Exception) else ConnectionError(str(exc)))
+        while self._answers:
+            a = self._answers.popleft()
+            if not a.done():
+                a.set_exception(exc if isinstance(exc, Exception) else ConnectionError(str(exc)))
+                a.exception()  # a request given up on (a look-ahead dropped) has no reader: no "never retrieved"
         self.resume_writing()  # a writer waiting for the buffer to drain then finds the answer failed
 
     # asyncio.BufferedProtocol
@@ -192,11 +259,12 @@ class _ResponseStream(asyncio.BufferedProtocol):
             self.transport.abort()
             return
         if got is not None:
-            if self._answer is None or self._answer.done():
+            answer = self._answers.popleft() if self._answers else None
+            if answer is None or answer.done():
                 self._fail(ConnectionError("the leader answered a request that was not sent"))
                 self.transport.abort()
                 return
-            self._answer.set_result(got[1])
+            answer.set_result(got[1])
 
     def eof_received(self) -> bool:
         self._fail(ConnectionError("the leader closed the connection"))
@@ -226,6 +294,8 @@ class ReplicaFetcher:
     partitions: dict[TopicPartition, PartitionFetchState] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    speculative_fetches: int = 0  # fetches sent before the previous answer was appended (`_speculate`)
+    frame_buffers: FrameBuffers = field(default_factory=FrameBuffers)
     _stream: _ResponseStream | None = None
 
     def start(self) -> None:
@@ -244,8 +314,8 @@ class ReplicaFetcher:
         timeout = self.manager.settings.socket_timeout_ms / 1000
         async with asyncio.timeout(timeout):
             reader, writer = await open_connection(self.host, self.port, self.manager.settings.security)
-        self._stream = _ResponseStream.take_over(reader, writer,
-                                                 ClientConnection(f"replica-fetcher-{self.manager.settings.node_id}"))
+        self._stream = _ResponseStream.take_over(reader, writer, ClientConnection(
+            f"replica-fetcher-{self.manager.settings.node_id}", allocate=self.frame_buffers))
 
     def _disconnect(self) -> None:
         if self._stream is not None:
@@ -254,12 +324,26 @@ class ReplicaFetcher:
 
     async def _request(self, api: ApiKey, version: int, body: dict[str, Any]) -> dict[str, Any]:
         """One request and its answer; any failure of the connection raises _Disconnected."""
+        return await self._answer(await self._send(api, version, body))
+
+    async def _send(self, api: ApiKey, version: int, body: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
+        """Write a request (connecting first if needed); the answer is awaited with `_answer`."""
         try:
             if self._stream is None:
-                await self._connect()
+                async with asyncio.timeout(self.manager.settings.socket_timeout_ms / 1000):
+                    await self._connect()
             assert self._stream is not None
+            return self._stream.send(api, version, body)
+        except (OSError, EOFError, TimeoutError, KafkaliteError) as exc:
+            self._disconnect()
+            raise _Disconnected(f"{type(exc).__name__}: {exc}") from exc
+
+    async def _answer(self, answer: asyncio.Future[dict[str, Any]]) -> dict[str, Any]:
+        try:
+            if self._stream is None:
+                raise ConnectionError("the connection was closed while the request was out")
             async with asyncio.timeout(self.manager.settings.socket_timeout_ms / 1000):
-                return await self._stream.request(api, version, body)
+                return await self._stream.answer(answer)
         except (OSError, EOFError, TimeoutError, KafkaliteError) as exc:
             self._disconnect()
             raise _Disconnected(f"{type(exc).__name__}: {exc}") from exc
@@ -320,8 +404,47 @@ class ReplicaFetcher:
     # --- fetch -----------------------------------------------------------------------------------------
 
     async def _fetch(self, states: list[PartitionFetchState]) -> None:
+        """Fetch rounds for `states`: normally one; more while the look-ahead (`_speculate`) sends the next
+        request before the current answer is appended, so the leader reads and sends the next records while
+        this broker writes the last ones. At most two requests are in flight; any way out of here with one
+        still unanswered closes the connection, so no later request can be paired with its answer."""
         s = self.manager.settings
         version = FETCH_VERSION if s.truncate_on_fetch else FETCH_VERSION_NO_TRUNCATION
+        request = self._fetch_request(states, {})
+        if request is None:
+            return
+        body, sent = request
+        answer: asyncio.Future[dict[str, Any]] | None = await self._send(ApiKey.FETCH, version, body)
+        try:
+            while answer is not None:
+                resp = await self._answer(answer)
+                answer = None
+                if resp.get("error_code", 0):
+                    log.warning("Leader %d refused the fetch of broker %d with error %s", self.leader_id, s.node_id,
+                                _name(resp["error_code"]))
+                    self._back_off([st for st, _ in sent.values()])
+                    return
+                answers = [(got, pr) for t in resp.get("responses", []) for pr in t.get("partitions", [])
+                           if (got := sent.get((t["topic"], pr["partition_index"]))) is not None]
+                ahead = self._speculate(answers, sent, states)
+                if ahead is not None:
+                    answer = await self._send(ApiKey.FETCH, version, ahead[0])
+                runs = ahead[2] if ahead is not None else {}
+                out_of_range = [st for (st, offset), pr in answers
+                                if self._process(st, offset, pr, runs.get((st.topic, st.partition)))]
+                for st in out_of_range:  # never with a request ahead: an error answer is not looked past
+                    await self._out_of_range(st)
+                if ahead is not None:
+                    sent = ahead[1]
+        finally:
+            if answer is not None:  # left with a request unanswered (cancelled, or an error on the way)
+                self._disconnect()
+
+    def _fetch_request(self, states: list[PartitionFetchState], ahead: dict[TopicPartition, tuple[int, int]]
+                       ) -> tuple[dict[str, Any], dict[TopicPartition, tuple[PartitionFetchState, int]]] | None:
+        """The Fetch body for `states` and what each partition was asked from; `ahead` gives the (offset,
+        last fetched epoch) of partitions asked past records not appended yet (`_speculate`)."""
+        s = self.manager.settings
         topics: dict[str, list[dict[str, Any]]] = {}
         sent: dict[TopicPartition, tuple[PartitionFetchState, int]] = {}
         # Each partition may fill its share of replica.fetch.response.max.bytes (at least
@@ -332,41 +455,74 @@ class ReplicaFetcher:
             part = self._current(st)
             if part is None:
                 continue
+            offset, epoch = ahead.get((st.topic, st.partition), (st.fetch_offset, st.last_fetched_epoch))
             topics.setdefault(st.topic, []).append({
-                "partition": st.partition, "current_leader_epoch": st.leader_epoch, "fetch_offset": st.fetch_offset,
-                "last_fetched_epoch": st.last_fetched_epoch if s.truncate_on_fetch else UNDEFINED_EPOCH,
+                "partition": st.partition, "current_leader_epoch": st.leader_epoch, "fetch_offset": offset,
+                "last_fetched_epoch": epoch if s.truncate_on_fetch else UNDEFINED_EPOCH,
                 "log_start_offset": part.log.log_start_offset, "partition_max_bytes": partition_max})
-            sent[(st.topic, st.partition)] = (st, st.fetch_offset)
+            sent[(st.topic, st.partition)] = (st, offset)
         if not sent:
-            return
+            return None
         body = {"replica_id": s.node_id, "max_wait_ms": s.wait_max_ms, "min_bytes": s.min_bytes,
                 "max_bytes": s.response_max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
                 "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()], "forgotten_topics_data": [],
                 "rack_id": ""}
-        resp = await self._request(ApiKey.FETCH, version, body)
-        if resp.get("error_code", 0):
-            log.warning("Leader %d refused the fetch of broker %d with error %s", self.leader_id, s.node_id,
-                        _name(resp["error_code"]))
-            self._back_off([st for st, _ in sent.values()])
-            return
-        out_of_range: list[PartitionFetchState] = []
-        for t in resp.get("responses", []):
-            for pr in t.get("partitions", []):
-                got = sent.get((t["topic"], pr["partition_index"]))
-                if got is None:
-                    continue
-                st, offset = got
-                if self._process(st, offset, pr):
-                    out_of_range.append(st)
-        for st in out_of_range:
-            await self._out_of_range(st)
+        return body, sent
 
-    def _process(self, st: PartitionFetchState, offset: int, pr: dict[str, Any]) -> bool:
+    def _speculate(self, answers: list[tuple[tuple[PartitionFetchState, int], dict[str, Any]]],
+                   sent: dict[TopicPartition, tuple[PartitionFetchState, int]], states: list[PartitionFetchState]
+                   ) -> tuple[dict[str, Any], dict[TopicPartition, tuple[PartitionFetchState, int]],
+                              dict[TopicPartition, FollowerRuns]] | None:
+        """The next Fetch, asked from the end of the records just received, before they are appended; None
+        when that is not safe (docs/design.md, deviations). Safe only when every partition asked answered
+        records without error or diverging epoch, the same partitions are still the ones to fetch, and each
+        one's end of whole batches is strictly below the HW in its answer: the leader's HW (over the ISR
+        only, never decreasing) is then already past the offset this fetch reports, so the leader can
+        neither move its HW nor add this replica to the ISR for records not written here yet. Whatever
+        goes wrong in the append (corrupt batch, storage error, a truncation, a new leader or epoch,
+        StopReplica) leaves the log end or the fetch state different from the offset asked, and `_process`
+        drops the answer. Returns the body, what was asked, and the walks of the current answer's records
+        (`Partition.append_records_as_follower` reuses them)."""
+        if len(answers) != len(sent) or len(states) != len(sent):
+            return None
+        now = time.monotonic()
+        ready = {id(st) for st in self.partitions.values() if st.ready(now) and not st.truncating}
+        if ready != {id(st) for st in states}:
+            return None  # a partition added, removed, stopped or delayed meanwhile: the next round takes stock
+        ahead: dict[TopicPartition, tuple[int, int]] = {}
+        walks: dict[TopicPartition, FollowerRuns] = {}
+        for (st, offset), pr in answers:
+            records = pr.get("records")
+            div = pr.get("diverging_epoch") or {}
+            if (pr["error_code"] != E.NONE or div.get("epoch", -1) >= 0 or div.get("end_offset", -1) >= 0
+                    or not records or pr["high_watermark"] <= offset + 1):
+                return None
+            part = self._current(st)
+            if part is None or st.fetch_offset != offset or part.log_end_offset != offset:
+                return None
+            walk = follower_runs(records, self.manager.settings.max_bytes)
+            if not (offset < walk.next_offset < pr["high_watermark"]):
+                return None
+            key = (st.topic, st.partition)
+            ahead[key] = (walk.next_offset, walk.last_epoch if walk.last_epoch >= 0 else st.last_fetched_epoch)
+            walks[key] = walk
+        request = self._fetch_request(states, ahead)
+        if request is None or len(request[1]) != len(sent):
+            return None
+        self.speculative_fetches += 1
+        log.debug("Broker %d asks leader %d for the next records before appending these: %s",
+                  self.manager.settings.node_id, self.leader_id, ahead)
+        return request[0], request[1], walks
+
+    def _process(self, st: PartitionFetchState, offset: int, pr: dict[str, Any],
+                 walk: FollowerRuns | None = None) -> bool:
         """One partition of a fetch response (ReplicaFetcherThread.processPartitionData and the error cases
         of AbstractFetcherThread.processFetchRequest); True when it needs the §4.4 out-of-range path."""
         part = self._current(st)
         if part is None or st.fetch_offset != offset or part.log_end_offset != offset:
-            return False  # the state changed meanwhile: the data is for a fetch nobody wants any more
+            # The state changed meanwhile: the data is for a fetch nobody wants any more (a LeaderAndIsr or
+            # StopReplica, a truncation, or a fetch sent ahead of an append that fell short of its offset).
+            return False
         code = pr["error_code"]
         if code == E.NONE:
             div = pr.get("diverging_epoch") or {}
@@ -374,7 +530,7 @@ class ReplicaFetcher:
                 self._truncate(st, part, div["epoch"], div["end_offset"])
                 return False
             try:
-                self._append(st, part, pr)
+                self._append(st, part, pr, walk)
             except OSError as exc:
                 self.manager.storage_failed(st, exc)
             except CorruptRecordError as exc:
@@ -404,11 +560,13 @@ class ReplicaFetcher:
             self._back_off([st])
         return False
 
-    def _append(self, st: PartitionFetchState, part: Partition, pr: dict[str, Any]) -> None:
+    def _append(self, st: PartitionFetchState, part: Partition, pr: dict[str, Any],
+                walk: FollowerRuns | None = None) -> None:
         records = pr.get("records")
         if records:
             try:
-                part.append_records_as_follower(records, self.manager.settings.max_bytes)
+                part.append_records_as_follower(records, self.manager.settings.max_bytes,
+                                                None if walk is None else walk.runs)
             finally:  # a large answer goes in runs: whatever got appended before a failure counts
                 if part.log_end_offset != st.fetch_offset:
                     st.fetch_offset = part.log_end_offset

@@ -62,14 +62,18 @@ class FrameDecoder:
     change a chunk it handed over (bytes never change).
     """
 
-    __slots__ = ("_filled", "_frame", "_head", "_head_len", "_size", "max_size")
+    __slots__ = ("_allocate", "_filled", "_frame", "_head", "_head_len", "_size", "max_size")
 
-    def __init__(self, max_size: int | None = None) -> None:
+    def __init__(self, max_size: int | None = None,
+                 allocate: Callable[[int], bytearray | memoryview] | None = None) -> None:
+        """`allocate(size)` gives the writable buffer of `size` bytes a frame is gathered in (default: a new
+        bytearray); a receiver may hand out buffers it reuses once no view of an earlier frame is alive."""
         self.max_size = max_size
+        self._allocate = allocate or bytearray
         self._head = bytearray(_SIZE_BYTES)
         self._head_len = 0
         self._size = -1  # the size of the frame in progress; -1 while reading a size prefix
-        self._frame: bytearray | None = None  # its bytes so far, allocated (at full size) on first partial data
+        self._frame: bytearray | memoryview | None = None  # its bytes so far, allocated (at full size) on first data
         self._filled = 0
 
     @property
@@ -117,7 +121,7 @@ class FrameDecoder:
                     self._frame = None
                     continue
                 if self._frame is None:
-                    self._frame = bytearray(self._size)
+                    self._frame = self._allocate(self._size)
                 n = min(end - pos, self._size - self._filled)
                 self._frame[self._filled:self._filled + n] = mv[pos:pos + n]
                 self._filled += n
@@ -148,7 +152,7 @@ class FrameDecoder:
         if self._size < 0:
             return memoryview(self._head)[self._head_len:]
         if self._frame is None:
-            self._frame = bytearray(self._size)
+            self._frame = self._allocate(self._size)
         return memoryview(self._frame)[self._filled:]
 
     def received(self, n: int) -> memoryview | None:
@@ -179,9 +183,10 @@ class ClientConnection:
     correlation id is not the oldest pending request's raises CorrelationError: the stream is lost.
     """
 
-    def __init__(self, client_id: str | None, max_response_bytes: int | None = None) -> None:
+    def __init__(self, client_id: str | None, max_response_bytes: int | None = None,
+                 allocate: Callable[[int], bytearray | memoryview] | None = None) -> None:
         self.client_id = client_id
-        self.frames = FrameDecoder(max_response_bytes)
+        self.frames = FrameDecoder(max_response_bytes, allocate)
         self._next_correlation = 0
         self._inflight: deque[Pending] = deque()
 

@@ -1,0 +1,378 @@
+"""The replica fetcher's look-ahead (ReplicaFetcher._speculate): while a follower catches up below the leader's
+HW it sends the next Fetch, from the end of the records just received, before appending them.
+
+A real follower (Log, Partition, ReplicaFetcherManager) fetches over a real socket from a leader stand-in on
+127.0.0.1 that answers Fetch v12 from a real leader Partition (its `read`, so diverging epochs are the
+broker's own), with a high watermark the test sets. Checked: the look-ahead happens while lagging below the
+HW and never at it; a corrupt batch, a truncation and a leader change in a looked-ahead round lose nothing
+and duplicate nothing (the follower's log ends byte-identical to the leader's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kafkalite.broker.partition import Partition, follower_runs
+from kafkalite.broker.replica_fetcher import (
+    FetcherSettings,
+    FrameBuffers,
+    ReplicaFetcher,
+    ReplicaFetcherManager,
+    _ResponseStream,
+)
+from kafkalite.protocol import ApiKey
+from kafkalite.protocol.codec import RequestHeader, encode_response
+from kafkalite.protocol.connection import ClientConnection, CorrelationError, ServerConnection
+from kafkalite.records import SimpleRecord, build_batch, iter_batches
+from kafkalite.storage.log import FetchIsolation, Log
+from tests.support.logs import Env
+
+BATCH_VALUE = 2000
+ROUND_BYTES = 10_000  # replica.fetch.max.bytes = replica.fetch.response.max.bytes: ~4 batches a round
+
+
+class Leader:
+    """Broker 1 leading t-0 at `epoch`, served on 127.0.0.1 by a minimal Fetch v12 responder."""
+
+    def __init__(self, tmp_path, batches: int, epoch: int = 3) -> None:
+        self.env = Env()
+        self.log = self.env.open(tmp_path / "leader" / "t-0")
+        self.part = Partition("t", 0, self.log, local_broker_id=1)
+        self.part.make_leader(epoch, isr=[1, 2], replicas=[1, 2])
+        self.append(batches, epoch)
+        self.hw = self.log.log_end_offset  # what answers carry as high_watermark
+        self.requests: list[tuple[int, int]] = []  # (fetch offset, last fetched epoch) of each Fetch
+        self.before_answer: Callable[[int, dict[str, Any]], None] = lambda _n, _p: None
+        self.edit_records: Callable[[int, bytes], bytes] = lambda _n, data: data
+        self.server: asyncio.Server | None = None
+
+    def append(self, batches: int, epoch: int) -> None:
+        for i in range(batches):
+            self.log.append_as_leader(build_batch([SimpleRecord(None, bytes([i % 251]) * BATCH_VALUE)] * (1 + i % 2)),
+                                      leader_epoch=epoch)
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = ServerConnection(1 << 20)
+        try:
+            while True:
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                req = conn.decode(await reader.readexactly(size))
+                assert req.header.api_key == ApiKey.FETCH
+                writer.write(b"".join(bytes(p) for p in self._answer(req.header, req.body)))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    def _answer(self, header: RequestHeader, body: dict[str, Any]) -> list:
+        p = body["topics"][0]["partitions"][0]
+        n = len(self.requests)
+        self.requests.append((p["fetch_offset"], p["last_fetched_epoch"]))
+        self.before_answer(n, p)
+        r = self.part.read(p["fetch_offset"], p["partition_max_bytes"], isolation=FetchIsolation.LOG_END,
+                           min_one_message=True, current_leader_epoch=p["current_leader_epoch"],
+                           last_fetched_epoch=p["last_fetched_epoch"], replica_id=body["replica_id"])
+        records = r.records.tobytes() if not isinstance(r.records, bytes) else r.records
+        entry: dict[str, Any] = {
+            "partition_index": 0, "error_code": r.error, "high_watermark": self.hw if not r.error else -1,
+            "last_stable_offset": self.hw, "log_start_offset": r.log_start_offset, "aborted_transactions": None,
+            "preferred_read_replica": -1, "records": self.edit_records(n, records)}
+        if r.diverging is not None:
+            entry["diverging_epoch"] = {"epoch": r.diverging[0], "end_offset": r.diverging[1]}
+        return encode_response(RequestHeader(ApiKey.FETCH, header.api_version, header.correlation_id, None), {
+            "throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+            "responses": [{"topic": "t", "partitions": [entry]}]})
+
+
+class Follower:
+    def __init__(self, tmp_path, leader_epoch: int = 3) -> None:
+        self.log = Env().open(tmp_path / "follower" / "t-0")
+        self.part = Partition("t", 0, self.log, local_broker_id=2)
+        self.part.make_follower(1, leader_epoch, isr=[1, 2], replicas=[1, 2])
+        self.failed: list[OSError] = []
+        self.manager = ReplicaFetcherManager(
+            FetcherSettings(2, wait_max_ms=20, max_bytes=ROUND_BYTES, response_max_bytes=ROUND_BYTES,
+                            backoff_ms=50),
+            lambda t, p: self.part if (t, p) == ("t", 0) else None, lambda _t, _p, exc: self.failed.append(exc))
+
+    def follow(self, port: int) -> ReplicaFetcher:
+        self.manager.learn_leaders([{"broker_id": 1, "host_name": "127.0.0.1", "port": port}])
+        self.manager.add_partition(self.part)
+        fetcher = self.manager.fetchers[1]
+        fetcher.frame_buffers.min_size = 0  # every frame from the reused buffers (10 MiB rounds in production)
+        return fetcher
+
+
+def _bytes(lg: Log) -> bytes:
+    return lg.read(lg.log_start_offset, 1 << 26, FetchIsolation.LOG_END).records.tobytes()
+
+
+def _batch_starts(data: bytes) -> list[tuple[int, int]]:
+    """(byte position, base offset) of each batch."""
+    out, pos = [], 0
+    for b in iter_batches(data):
+        out.append((pos, b.base_offset))
+        pos += len(b.buffer)
+    return out
+
+
+async def _caught_up(leader: Leader, follower: Follower, timeout_s: float = 20) -> None:
+    async with asyncio.timeout(timeout_s):
+        while follower.log.log_end_offset != leader.log.log_end_offset or follower.log.high_watermark < leader.hw:
+            await asyncio.sleep(0.01)
+
+
+def _run(tmp_path, batches: int, test: Callable[[Leader, Follower, int], Any], leader_epoch: int = 3) -> None:
+    async def main() -> None:
+        leader = Leader(tmp_path, batches, leader_epoch)
+        follower = Follower(tmp_path, leader_epoch)
+        port = await leader.start()
+        try:
+            await test(leader, follower, port)
+        finally:
+            await follower.manager.stop()
+            assert leader.server is not None
+            leader.server.close()
+            follower.log.close()
+            leader.log.close()
+
+    asyncio.run(main())
+
+
+def test_frame_buffers_are_reused_only_once_no_view_of_them_is_alive():
+    bufs = FrameBuffers(keep=2, min_size=100)
+    a = bufs(1000)
+    a[:5] = b"first"
+    kept = a[:5]  # a view of the frame outliving it (as a record batch kept by someone would)
+    del a
+    b = bufs(1000)
+    assert bufs.allocated == 2 and bufs.reused == 0  # the first buffer is still viewed: not handed out
+    del b
+    c = bufs(900)
+    assert bufs.reused == 1 and bytes(kept) == b"first"  # the free one came back; the viewed one untouched
+    del c, kept
+    held = (bufs(1000), bufs(1000))  # both free again: no new allocation, two buffers in use at once
+    assert len(held) == 2
+    assert bufs.allocated == 2 and bufs.reused == 3
+    assert isinstance(bufs(10), bytearray) and bufs.allocated == 2  # small frames are not pooled
+
+
+def test_follower_runs_walks_batch_headers_to_the_last_whole_batch(tmp_path):
+    leader = Leader(tmp_path, 6)
+    data = _bytes(leader.log)
+    starts = _batch_starts(data)
+    walk = follower_runs(data, 5000)
+    assert walk.next_offset == leader.log.log_end_offset and walk.last_epoch == 3
+    assert walk.runs[0][0] == 0 and walk.runs[-1][1] == len(data)
+    assert all(a[1] == b[0] for a, b in zip(walk.runs, walk.runs[1:], strict=False))  # contiguous
+    cut = follower_runs(data[:-10], None)  # a partial last batch: left for the next fetch
+    assert cut.runs == [(0, starts[-1][0])] and cut.next_offset == starts[-1][1]
+    broken = bytearray(data)
+    broken[starts[2][0] + 8:starts[2][0] + 12] = (3).to_bytes(4, "big")  # a length below Kafka's minimum
+    assert follower_runs(broken, None).next_offset == -1
+    leader.log.close()
+
+
+def test_a_follower_behind_the_hw_fetches_ahead_and_copies_the_log_byte_for_byte(tmp_path):
+    async def test(leader: Leader, follower: Follower, port: int) -> None:
+        fetcher = follower.follow(port)
+        await _caught_up(leader, follower)
+        offsets = [o for o, _ in leader.requests]
+        rounds = sum(1 for o in offsets if o < leader.log.log_end_offset)
+        assert rounds > 10
+        # every round after the first was asked for before its predecessor's append; the fetch from the log end
+        # (the HW) was not: the answer before it reached the HW
+        assert fetcher.speculative_fetches == rounds - 1
+        assert _bytes(follower.log) == _bytes(leader.log)
+        # two buffers served every answer (one being appended, one being received), none reused too early
+        assert fetcher.frame_buffers.reused >= len(offsets) - 4 and fetcher.frame_buffers.allocated <= 4
+        assert offsets == sorted(offsets)  # nothing asked twice, nothing skipped back
+        assert follower.log.leader_epoch_cache.epoch_entries() == leader.log.leader_epoch_cache.epoch_entries()
+
+    _run(tmp_path, 60, test)
+
+
+def test_no_fetch_ahead_at_or_past_the_hw(tmp_path):
+    async def test(leader: Leader, follower: Follower, port: int) -> None:
+        starts = _batch_starts(_bytes(leader.log))
+        leader.hw = starts[2][1]  # the first round (~4 batches) already reaches the HW
+        fetcher = follower.follow(port)
+        await _caught_up(leader, follower)
+        assert fetcher.speculative_fetches == 0
+        assert _bytes(follower.log) == _bytes(leader.log)
+
+    _run(tmp_path, 40, test)
+
+
+def test_fetch_ahead_stops_below_the_hw(tmp_path):
+    """With the HW in the middle of the leader's log, a fetch ahead never asks from the HW or past it."""
+
+    async def test(leader: Leader, follower: Follower, port: int) -> None:
+        starts = _batch_starts(_bytes(leader.log))
+        hw = leader.hw = starts[len(starts) // 2][1]
+        ahead: list[int] = []
+
+        def note(n: int, p: dict[str, Any]) -> None:
+            if fetcher.speculative_fetches > len(ahead):  # this request was sent ahead
+                ahead.append(p["fetch_offset"])
+
+        leader.before_answer = note
+        fetcher = follower.follow(port)
+        await _caught_up(leader, follower)
+        assert ahead and max(ahead) < hw
+        assert _bytes(follower.log) == _bytes(leader.log)
+
+    _run(tmp_path, 60, test)
+
+
+def test_a_corrupt_batch_in_a_round_fetched_ahead_loses_and_duplicates_nothing(tmp_path):
+    """The last batch of the third answer has a bad CRC. The follower already asked for the records after it
+    (the leader sees a fetch from past the corrupt batch: evidence of the look-ahead); its append refuses the
+    answer, it drops the answer to the look-ahead, and fetches the third answer's records again."""
+
+    async def test(leader: Leader, follower: Follower, port: int) -> None:
+        corrupted: list[int] = []
+
+        def corrupt(n: int, data: bytes) -> bytes:
+            if n != 2:
+                return data
+            starts = _batch_starts(data)
+            pos, base = starts[-1]
+            corrupted.append(base)
+            out = bytearray(data)
+            out[pos + 70] ^= 0xFF  # a record byte: covered by the CRC
+            return bytes(out)
+
+        leader.edit_records = corrupt
+        fetcher = follower.follow(port)
+        await _caught_up(leader, follower)
+        assert corrupted
+        offsets = [o for o, _ in leader.requests]
+        assert offsets[3] > corrupted[0]  # asked past the corrupt batch before the append found it
+        assert offsets[4] == offsets[2]  # the look-ahead's answer dropped: the refused records asked again
+        assert fetcher.speculative_fetches > 0
+        assert _bytes(follower.log) == _bytes(leader.log)
+
+    _run(tmp_path, 60, test)
+
+
+def test_a_truncation_in_a_round_fetched_ahead_loses_and_duplicates_nothing(tmp_path):
+    """When the look-ahead's answer arrives, the follower was truncated below it (as the fetcher does after a
+    diverging epoch): the answer is for an offset nobody asks any more and is dropped; fetching resumes at the
+    new log end."""
+
+    async def test(leader: Leader, follower: Follower, port: int) -> None:
+        cut: list[int] = []
+
+        def truncate(n: int, p: dict[str, Any]) -> None:
+            if n == 4 and fetcher.speculative_fetches >= 3:
+                # request 4 was sent ahead of the append of answer 3, which has been appended by now
+                cut.append(follower.log.log_end_offset)
+                target = _batch_starts(_bytes(follower.log))[2][1]
+                follower.part.truncate_to(target)
+                st = follower.manager.fetch_state("t", 0)
+                assert st is not None
+                st.fetch_offset = target
+
+        leader.before_answer = truncate
+        fetcher = follower.follow(port)
+        await _caught_up(leader, follower)
+        assert cut, "no look-ahead by the fourth fetch"
+        offsets = [o for o, _ in leader.requests]
+        assert offsets[4] == cut[0] and offsets[5] < cut[0]  # the dropped answer's offset, then the new end
+        assert _bytes(follower.log) == _bytes(leader.log)
+
+    _run(tmp_path, 60, test)
+
+
+def test_a_leader_change_in_a_round_fetched_ahead_truncates_to_the_new_history(tmp_path):
+    """Between the look-ahead's request and its answer the leader changed its history (epoch 4 from offset
+    T, as after an unclean election) and LeaderAndIsr made this broker follow epoch 4: the look-ahead's answer
+    (fenced: epoch 3) is dropped, the diverging epoch truncates the follower to T, and it copies the new
+    history byte for byte."""
+
+    async def test(leader: Leader, follower: Follower, port: int) -> None:
+        changed: list[int] = []
+
+        def new_leader_epoch(n: int, p: dict[str, Any]) -> None:
+            if n == 3 and fetcher.speculative_fetches >= 2 and not changed:
+                starts = _batch_starts(_bytes(leader.log))
+                t = starts[5][1]
+                assert follower.log.log_end_offset > t
+                changed.append(t)
+                leader.log.truncate_to(t)
+                leader.part.make_leader(4, isr=[1], replicas=[1, 2])
+                leader.append(30, 4)
+                leader.hw = leader.log.log_end_offset
+                follower.part.make_follower(1, 4, isr=[1], replicas=[1, 2])
+                follower.manager.add_partition(follower.part)
+
+        leader.before_answer = new_leader_epoch
+        fetcher = follower.follow(port)
+        await _caught_up(leader, follower)
+        assert changed
+        assert _bytes(follower.log) == _bytes(leader.log)
+        assert follower.log.leader_epoch_cache.epoch_entries() == leader.log.leader_epoch_cache.epoch_entries()
+
+    _run(tmp_path, 60, test)
+
+
+def _answer_frames(correlation_ids: list[int], hws: list[int]) -> bytes:
+    out = b""
+    for cid, hw in zip(correlation_ids, hws, strict=True):
+        out += b"".join(bytes(p) for p in encode_response(RequestHeader(ApiKey.FETCH, 12, cid, None), {
+            "throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [{"topic": "t", "partitions": [{
+                "partition_index": 0, "error_code": 0, "high_watermark": hw, "last_stable_offset": hw,
+                "log_start_offset": 0, "aborted_transactions": None, "preferred_read_replica": -1,
+                "records": b""}]}]}))
+    return out
+
+
+_FETCH = {"replica_id": 2, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+          "session_id": 0, "session_epoch": -1, "topics": [], "forgotten_topics_data": [], "rack_id": ""}
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_two_requests_in_flight_are_answered_in_order_or_the_connection_is_lost(in_order):
+    """The stream pairs answers with requests by correlation id, oldest first (Kafka answers a connection's
+    requests in order); an answer out of order loses the stream, failing both requests."""
+
+    async def run() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            conn = ServerConnection(1 << 20)
+            cids = []
+            for _ in range(2):
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                cids.append(conn.decode(await reader.readexactly(size)).header.correlation_id)
+            writer.write(_answer_frames(cids if in_order else cids[::-1], [10, 20] if in_order else [20, 10]))
+            await writer.drain()
+            await reader.read()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        async with server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+            stream = _ResponseStream.take_over(reader, writer, ClientConnection("test"))
+            first, second = stream.send(ApiKey.FETCH, 12, _FETCH), stream.send(ApiKey.FETCH, 12, _FETCH)
+            try:
+                if in_order:
+                    b2 = await asyncio.wait_for(stream.answer(second), 10)
+                    b1 = await asyncio.wait_for(stream.answer(first), 10)
+                    assert [b["responses"][0]["partitions"][0]["high_watermark"] for b in (b1, b2)] == [10, 20]
+                else:
+                    for answer in (first, second):
+                        with pytest.raises(CorrelationError):
+                            await asyncio.wait_for(stream.answer(answer), 10)
+                    with pytest.raises(ConnectionError):
+                        stream.send(ApiKey.FETCH, 12, _FETCH)
+            finally:
+                stream.close()
+
+    asyncio.run(run())
