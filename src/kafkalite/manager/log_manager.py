@@ -274,7 +274,8 @@ class LogManager:
         if processes is None:
             processes = recovery_workers.default_processes() if \
                 len(unclean) >= recovery_workers.MIN_PARTITIONS_FOR_PROCESSES else 0
-        in_workers = unclean if processes > 0 and unclean else []
+        # the broker recovers a share itself, sized to end with the workers (it also opens what they recovered)
+        in_workers = unclean[int(len(unclean) * recovery_workers.broker_share(processes)):] if processes > 0 else []
         ready: queue.SimpleQueue[tuple[_DataDir, Path, Future[Log]]] = queue.SimpleQueue()
         workers = None
         with ThreadPoolExecutor(max_workers=self._io_threads(), thread_name_prefix="log-recovery") as pool:

@@ -1,15 +1,15 @@
 """Recovering partitions in worker processes after an unclean shutdown (issue 17).
 
 Recovery after kill -9 is CPU-bound Python (validating every unflushed batch, rebuilding the indexes and the
-producer state), and threads share one core for it. With thousands of partitions to recover the manager
-starts a few `python -m kafkalite.manager.recovery_workers` processes instead: each gets a share of the
-partition directories (a partition's recovery needs only its own directory), recovers each one exactly as
-the in-process loader does (`Log(..., clean_shutdown=False)`), and closes it without a flush, as a clean
-close would: the producer snapshot at the log end, indexes trimmed. It answers one line per partition, so
-the broker then opens the directory cheaply, as cleanly shut down, while the workers go on with the rest;
-the recovery point and log start offset the worker found are handed back and applied, so the broker ends
-with the same state as after recovering in-process (the recovery point stays the checkpointed one, as in
-Kafka: recovered data is not flushed).
+producer state), and threads share one core for it. With thousands of partitions to recover the manager starts
+`python -m kafkalite.manager.recovery_workers` processes (one per core but the broker's) and recovers a share
+itself (`broker_share`). Each worker gets a share of the partition directories (a partition's recovery needs
+only its own directory), recovers each one exactly as the in-process loader does (`Log(...,
+clean_shutdown=False)`), and closes it without a flush, as a clean close would: the producer snapshot at the
+log end, indexes trimmed. It answers one line per partition, so the broker then opens the directory cheaply,
+as cleanly shut down, while the workers go on with the rest; the recovery point and log start offset the
+worker found are handed back and applied, so the broker ends with the same state as after recovering in-
+process (the recovery point stays the checkpointed one, as in Kafka: recovered data is not flushed).
 
 The workers act for the broker, which holds the data dir's exclusive lock for as long as they run and opens
 none of their partitions until they answered: they take no lock of their own (`DelegatedLock`).
@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,12 @@ from kafkalite.storage.log_config import LogConfig
 # Below this many partitions to recover, starting the processes (~0.3 s of imports each) costs more than it
 # saves: the manager recovers in its threads as before.
 MIN_PARTITIONS_FOR_PROCESSES = 300
+THREADS_PER_WORKER = 4
+# CPU of opening a partition that a worker recovered, and of a worker recovering one (closing it included),
+# relative to recovering it in the broker's threads (measured with one small segment a partition): what the
+# broker's own share of the recovery is sized by, so that it ends with the workers (`broker_share`)
+REOPEN_COST = 0.33
+WORKER_COST = 1.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +74,24 @@ class RecoveryResult:
         return None
 
 
+def broker_share(processes: int) -> float:
+    """The fraction of the partitions to recover that the broker recovers itself, in its threads, while
+    `processes` workers recover the rest (and the broker opens what they recovered): the broker's work
+    (share x 1 + rest x REOPEN_COST) equals each worker's (rest x WORKER_COST / processes). With one worker on
+    two cores that is ~0.43; with many workers the broker only opens what they recovered."""
+    per_worker = WORKER_COST / processes
+    return max(0.0, (per_worker - REOPEN_COST) / (1 - REOPEN_COST + per_worker))
+
+
 def default_processes() -> int:
-    """One worker per core this process may run on."""
+    """One worker per core this process may run on, less the broker's own: it recovers a share too."""
     import os
 
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
 
 
 class RecoveryWorkers:
@@ -171,17 +188,23 @@ def main() -> None:
     root.addHandler(handler)
     root.setLevel(level)
     out = sys.stdout
-    for directory, log_start, recovery_point in jobs:
+
+    def recover(job: tuple[str, int, int]) -> dict[str, object]:
+        directory, log_start, recovery_point = job
         try:
-            msg = _recover_one(directory, topic_configs.get(names_topic(Path(directory)), default_config),
-                               log_start, recovery_point)
+            return _recover_one(directory, topic_configs.get(names_topic(Path(directory)), default_config),
+                                log_start, recovery_point)
         except OSError as exc:
-            msg = {"dir": directory, "errno": exc.errno, "error": str(exc)}
+            return {"dir": directory, "errno": exc.errno, "error": str(exc)}
         except Exception as exc:  # reported by name; the broker refuses to start, as for an in-process failure
             logging.getLogger("kafkalite.manager").exception("recovering %s failed", directory)
-            msg = {"dir": directory, "fatal": f"{type(exc).__name__}: {exc}"}
-        out.write(json.dumps(msg) + "\n")
-        out.flush()
+            return {"dir": directory, "fatal": f"{type(exc).__name__}: {exc}"}
+
+    # a few threads: the producer snapshot's fsync and the reads wait on the disk without the GIL
+    with ThreadPoolExecutor(THREADS_PER_WORKER) as pool:
+        for msg in pool.map(recover, jobs):  # answers in the order given
+            out.write(json.dumps(msg) + "\n")
+            out.flush()
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from crc32c import crc32c
 
 from kafkalite.errors import KafkaliteError
 from kafkalite.storage.checkpoint import StrPath, atomic_write
-from kafkalite.storage.names import SNAPSHOT_SUFFIX, offset_from_file_name
+from kafkalite.storage.names import SNAPSHOT_SUFFIX, as_path, offset_from_file_name
 
 SNAPSHOT_VERSION = 1
 
@@ -129,7 +129,8 @@ def write_snapshot(path: StrPath, entries: Iterable[ProducerSnapshotEntry]) -> N
 
 def read_snapshot(path: StrPath) -> list[ProducerSnapshotEntry]:
     """Entries of the snapshot at `path`; FileNotFoundError propagates (a missing file is not corrupt)."""
-    return decode_snapshot(Path(path).read_bytes(), path)
+    with open(path, "rb") as f:
+        return decode_snapshot(f.read(), path)
 
 
 def list_snapshots(directory: StrPath) -> list[tuple[int, Path]]:
@@ -138,7 +139,7 @@ def list_snapshots(directory: StrPath) -> list[tuple[int, Path]]:
     The offset is read from the name, as Kafka does; a missing directory has no snapshots, and
     names whose prefix is not an offset (or `.snapshot.deleted`, `.tmp` leftovers) are ignored.
     """
-    directory = Path(directory)
+    directory = as_path(directory)
     found = []
     try:
         # scandir's file type comes with the listing (no stat per file): every partition lists its directory
