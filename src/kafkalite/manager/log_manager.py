@@ -14,6 +14,7 @@ kafka-delete-logs.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import queue
@@ -212,7 +213,16 @@ class LogManager:
         try:
             for dir_name in dirs:
                 self.dirs.append(_DataDir(Path(dir_name).resolve(), self.config))
-            self._load_all(progress)
+            # No cyclic collections while loading: what is loaded lives as long as the manager, and each full
+            # collection walks all of it again (11 % of loading 3,000 partitions, growing with their number).
+            # Garbage made meanwhile is collected at the first collection after.
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                self._load_all(progress)
+            finally:
+                if collecting:
+                    gc.enable()
         except BaseException:
             for d in self.dirs:
                 d.release()

@@ -24,6 +24,7 @@ stderr, which is the broker's.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import pickle
@@ -181,6 +182,7 @@ def _recover_one(directory: str, config: LogConfig, log_start: int, recovery_poi
 
 
 def main() -> None:
+    gc.disable()  # a short-lived process: collections would only walk the logs it opens and closes
     default_config, topic_configs, jobs, level = pickle.load(sys.stdin.buffer)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s [recovery worker] %(message)s"))
