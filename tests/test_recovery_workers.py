@@ -3,20 +3,25 @@ in-process recovery does: same files byte for byte, offsets, producer state, lea
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from kafkalite.client import KafkaClient
 from kafkalite.clock import MockClock
 from kafkalite.errors import LogError
 from kafkalite.manager import recovery_workers
 from kafkalite.manager.log_manager import LogManager, ManagerConfig
+from kafkalite.protocol import ApiKey
 from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.scheduler import MockScheduler
 from kafkalite.storage.checkpoint import has_clean_shutdown_marker
 from kafkalite.storage.log_config import LogConfig
 from tests.support import T0
+from tests.support.brokers import BrokerProcess
 
 PARTITIONS = 12
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=256)
@@ -151,3 +156,39 @@ def test_small_unclean_dirs_stay_in_process(crashed, tmp_path, monkeypatch):
         assert len(lm.logs) == PARTITIONS
     finally:
         lm.shutdown()
+
+
+def test_a_broker_killed_with_many_partitions_recovers_them_in_workers(tmp_path):
+    """A real `kafkalite serve` with MIN_PARTITIONS_FOR_PROCESSES partitions, each with an unflushed batch,
+    killed with SIGKILL: the next start recovers them in a worker process and serves every record."""
+    n = recovery_workers.MIN_PARTITIONS_FOR_PROCESSES
+    b = BrokerProcess(tmp_path / "data")
+    b.start(timeout_s=60)
+    try:
+        with KafkaClient(b.bootstrap, timeout_s=60) as c:
+            topic = {"name": "w", "num_partitions": n, "replication_factor": 1, "assignments": [], "configs": []}
+            res = c.request(ApiKey.CREATE_TOPICS, {"topics": [topic], "timeout_ms": 60_000})
+            assert res["topics"][0]["error_code"] == 0, res
+            batch = bytes(build_batch([SimpleRecord(b"k", b"v", int(time.time() * 1000))] * 3))
+            deadline = time.monotonic() + 60
+            while True:  # until every partition has its leader
+                answers = c.produce_many({("w", p): batch for p in range(n)}, acks=1)
+                if all(a["error_code"] == 0 for a in answers.values()):
+                    break
+                assert time.monotonic() < deadline, answers
+                time.sleep(0.2)
+        b.stop(signal.SIGKILL)
+        b.start(timeout_s=60)
+        with KafkaClient(b.bootstrap, timeout_s=60) as c:
+            deadline = time.monotonic() + 60
+            while True:
+                ends = c.list_offsets({("w", p): -1 for p in range(n)})
+                if all(e["error_code"] == 0 for e in ends.values()):
+                    break
+                assert time.monotonic() < deadline, ends
+                time.sleep(0.2)
+            assert all(e["offset"] >= 3 for e in ends.values()), ends  # every acknowledged batch survived
+        assert "worker process" in b.log_path.read_text(errors="replace")
+    finally:
+        if b.proc is not None and b.proc.poll() is None:
+            b.stop()
