@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from kafkalite.broker.acl_apis import AclApis
 from kafkalite.broker.apis import CloseConnection, KafkaApis
 from kafkalite.broker.config import BrokerConfig
-from kafkalite.broker.metadata import INTERNAL_TOPICS, validate_topic_name, write_partition_topic_id
+from kafkalite.broker.metadata import INTERNAL_TOPICS, ensure_log_topic_id, validate_topic_name
 from kafkalite.broker.partition import Partition
 from kafkalite.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
@@ -438,7 +438,7 @@ class ClusterNode:
         if self.replicas.logs.is_offline(topic, p):
             raise KafkaStorageError(f"the log dir of {topic}-{p} is offline")
         lg = self.replicas.logs.get_log(topic, p) or self.replicas.logs.get_or_create_log(topic, p, configs or None)
-        write_partition_topic_id(lg.dir, info.topic_id)
+        ensure_log_topic_id(lg, info.topic_id)
         part = self.replicas.partitions.get((topic, p))
         if part is None or part.log is not lg:
             part = self.replicas.partitions[(topic, p)] = self.replicas.new_partition(lg)

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kafkalite.errors import InvalidTopicError, KafkaliteError, KafkaStorageError, metadata_write_error
 from kafkalite.storage.checkpoint import (
@@ -27,6 +28,9 @@ from kafkalite.storage.checkpoint import (
     decode_partition_metadata,
     encode_partition_metadata,
 )
+
+if TYPE_CHECKING:
+    from kafkalite.storage.log import Log
 
 log = logging.getLogger("kafkalite.broker.metadata")
 
@@ -244,3 +248,12 @@ def write_partition_topic_id(partition_dir: Path, topic_id: uuid.UUID) -> None:
     """Kafka writes partition.metadata in every partition dir so a dir can't be confused with a recreated topic."""
     if read_partition_topic_id(partition_dir) != topic_id:
         atomic_write(partition_dir / PARTITION_METADATA_FILE, encode_partition_metadata(topic_id))
+
+
+def ensure_log_topic_id(lg: Log, topic_id: uuid.UUID) -> None:
+    """`write_partition_topic_id` for a loaded log, which knows its file's topic id (read at load, kept on the
+    Log): every LeaderAndIsr names each partition's topic id, and reading the file back for each cost
+    ~0.15 ms a partition (1.5 s of a 10,000-partition broker's start)."""
+    if lg.topic_id != topic_id:
+        atomic_write(lg.dir / PARTITION_METADATA_FILE, encode_partition_metadata(topic_id))
+        lg.topic_id = topic_id

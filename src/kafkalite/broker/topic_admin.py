@@ -16,7 +16,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from kafkalite.broker.metadata import write_partition_topic_id
+from kafkalite.broker.metadata import ensure_log_topic_id
 from kafkalite.errors import (
     InvalidConfigError,
     KafkaliteError,
@@ -54,13 +54,15 @@ class TopicAdmin:
         """Register logs the metadata doesn't know: dirs from another writer at start-up, or partitions
         created directly on the LogManager (the group coordinator's `__consumer_offsets`)."""
         on_disk: dict[str, list[tuple[int, Any]]] = {}
+        logs_of: dict[str, list[Any]] = {}
         for lg in self.logs.all_logs():
             on_disk.setdefault(lg.topic, []).append((lg.partition, lg.dir))
+            logs_of.setdefault(lg.topic, []).append(lg)
         for name in self.metadata.adopt(on_disk):
             info = self.metadata.topics[name]
             log.info("Registered topic %s found in the data directory (%d partitions)", name, info.partitions)
-            for _p, path in on_disk[name]:
-                write_partition_topic_id(path, info.topic_id)
+            for lg in logs_of[name]:
+                ensure_log_topic_id(lg, info.topic_id)
 
     async def create_logs(self, wanted: list[tuple[str, int, dict[str, str], uuid.UUID | None]]) -> None:
         """Make the missing logs of `wanted` (topic, partition, config overrides, topic id to write in its
@@ -79,7 +81,7 @@ class TopicAdmin:
                 try:
                     lg = self.logs.get_or_create_log(topic, p, configs or None)
                     if topic_id is not None:
-                        write_partition_topic_id(lg.dir, topic_id)
+                        ensure_log_topic_id(lg, topic_id)
                 except (OSError, KafkaliteError) as exc:
                     log.warning("Cannot create the log of %s-%d: %s", topic, p, exc)
 

@@ -103,13 +103,15 @@ def _writer_lock(path: Path) -> threading.Lock:
         return lock
 
 
-def atomic_write(path: StrPath, data: bytes, durable: bool = True) -> None:
+def atomic_write(path: StrPath, data: bytes, durable: bool = True, sync_dir: bool = True) -> None:
     """Replace `path` with `data` so that a crash at any moment leaves the old or the new content.
 
     The bytes reach the disk (`.tmp` fsync) before the rename publishes them, and the directory
     fsync makes the rename itself durable; without either, a power loss can leave an empty file.
     `durable=False` skips both fsyncs, for a file whose loss or emptiness after a power loss is
     repaired at the next start (the caller writes it durably again before relying on it).
+    `sync_dir=False` skips only the directory fsync: for a file whose old version, or absence, after a power
+    loss is safe (a producer snapshot: the loader falls back to an older one and replays the log).
     """
     target = Path(path)
     tmp = target.with_name(target.name + TMP_SUFFIX)
@@ -125,7 +127,7 @@ def atomic_write(path: StrPath, data: bytes, durable: bool = True) -> None:
             raise
         os.close(fd)
         os.replace(tmp, target)
-    if durable:
+    if durable and sync_dir:
         fsync_dir(target.parent)
 
 

@@ -163,3 +163,19 @@ def locked_error(lock_file: Path, what: str) -> DirectoryLockedError:
                    "that did not record itself (a Kafka broker, or a process that is just starting)")
     message += "; stop it, or open the log read-only (Log.open_read_only) to only read"
     return DirectoryLockedError(message, str(lock_file), "; ".join(holders) or None)
+
+
+class DelegatedLock(DirLock):
+    """Proof carried by a worker process acting for the holder of `<directory>/.lock` (the manager's recovery
+    workers, `manager.recovery_workers`): it holds nothing itself. The holder keeps its exclusive lock while
+    the worker runs and touches none of the worker's partitions until the worker has answered for them."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory, -1, True)
+
+    @property
+    def held(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        """Nothing to release: the holder's lock is the holder's."""

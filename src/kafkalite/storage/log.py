@@ -19,6 +19,7 @@ import random
 import shutil
 import struct
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +56,13 @@ from kafkalite.records.batch import (
 )
 from kafkalite.scheduler import Scheduler
 from kafkalite.storage import names
-from kafkalite.storage.checkpoint import LEADER_EPOCH_CHECKPOINT_FILE, CheckpointError, LeaderEpochCheckpointFile
+from kafkalite.storage.checkpoint import (
+    LEADER_EPOCH_CHECKPOINT_FILE,
+    PARTITION_METADATA_FILE,
+    CheckpointError,
+    LeaderEpochCheckpointFile,
+    decode_partition_metadata,
+)
 from kafkalite.storage.dir_lock import DirLock
 from kafkalite.storage.file_records import TimestampAndOffset
 from kafkalite.storage.leader_epoch import LeaderEpochCache
@@ -165,6 +172,9 @@ class Log:
         self._closed = False
         self._truncations = 0  # counts truncations, so a flush running outside the lock can tell one happened
         self.last_flush_time = clock.milliseconds()
+        # the topic id in partition.metadata, read at load as Kafka's UnifiedLog does (initializeTopicId), and
+        # set by whoever writes that file (the broker); None when there is none (or it could not be read)
+        self.topic_id: uuid.UUID | None = None
         self._dir_locks: list[DirLock] = []
         if read_only:
             if dir_lock is not None:
@@ -239,6 +249,7 @@ class Log:
         self.recovery_point = loaded.recovery_point
         self._leo = loaded.next_offset_metadata
         self._hw = LogOffsetMetadata(self.log_start_offset)
+        self.topic_id = _read_topic_id(self.dir)
         if high_watermark is not None:
             self.update_high_watermark(high_watermark)
 
@@ -1133,6 +1144,22 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.dir}, log_start_offset={self.log_start_offset}, log_end_offset={self.log_end_offset}, "
                 f"high_watermark={self.high_watermark}, segments={len(self.segments)})")
+
+
+def _read_topic_id(directory: Path) -> uuid.UUID | None:
+    """The topic id of partition.metadata, None when there is none; a damaged file is named and ignored (the
+    broker writes a new one), as before this was read at load."""
+    path = os.path.join(directory, PARTITION_METADATA_FILE)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        return decode_partition_metadata(data, path)
+    except CheckpointError as exc:
+        log.warning("%s; a new partition.metadata is written", exc)
+        return None
 
 
 def _fsync_dir(directory: Path) -> None:

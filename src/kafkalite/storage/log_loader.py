@@ -154,18 +154,17 @@ class LogLoader:
     def _remove_temp_files_and_collect_swaps(self) -> list[Path]:
         swaps: list[Path] = []
         cleaned: list[Path] = []
-        for name in _file_names(self.dir):
-            path = self.dir / name
+        for name in _file_names(self.dir):  # a Path only for what is acted on: most dirs hold nothing of this
             if name.endswith(names.DELETED_SUFFIX) and not name.endswith(".checkpoint.deleted"):
                 log.info("%s: deleting stray file %s", self.dir.name, name)
-                path.unlink(missing_ok=True)
+                (self.dir / name).unlink(missing_ok=True)
             elif name.endswith(names.CLEANED_SUFFIX):
-                cleaned.append(path)
+                cleaned.append(self.dir / name)
             elif name.endswith(names.SWAP_SUFFIX):
-                swaps.append(path)
+                swaps.append(self.dir / name)
             elif name.endswith(".tmp"):
                 log.info("%s: deleting leftover temporary file %s", self.dir.name, name)
-                path.unlink(missing_ok=True)
+                (self.dir / name).unlink(missing_ok=True)
         min_cleaned = min((o for p in cleaned if (o := _offset_of(p)) is not None), default=None)
         kept = []
         for swap in swaps:

@@ -22,7 +22,7 @@ from crc32c import crc32c
 
 from kafkalite.errors import KafkaliteError
 from kafkalite.storage.checkpoint import StrPath, atomic_write
-from kafkalite.storage.names import SNAPSHOT_SUFFIX, offset_from_file_name
+from kafkalite.storage.names import SNAPSHOT_SUFFIX, as_path, offset_from_file_name
 
 SNAPSHOT_VERSION = 1
 
@@ -119,13 +119,18 @@ def _check_header(view: memoryview, source: object) -> None:
 
 
 def write_snapshot(path: StrPath, entries: Iterable[ProducerSnapshotEntry]) -> None:
-    """Write atomically, so a crash never leaves a half-written snapshot for the loader to reject."""
-    atomic_write(path, encode_snapshot(entries))
+    """Write atomically, so a crash never leaves a half-written snapshot for the loader to reject.
+
+    The file is fsynced before its rename, but the directory is not (Kafka's writeSnapshot forces the file
+    only): a rename lost to a power failure leaves an older snapshot, from which the loader replays the log.
+    Every partition recovered after kill -9 writes one, so the directory fsync cost ~0.3 ms each."""
+    atomic_write(path, encode_snapshot(entries), sync_dir=False)
 
 
 def read_snapshot(path: StrPath) -> list[ProducerSnapshotEntry]:
     """Entries of the snapshot at `path`; FileNotFoundError propagates (a missing file is not corrupt)."""
-    return decode_snapshot(Path(path).read_bytes(), path)
+    with open(path, "rb") as f:
+        return decode_snapshot(f.read(), path)
 
 
 def list_snapshots(directory: StrPath) -> list[tuple[int, Path]]:
@@ -134,7 +139,7 @@ def list_snapshots(directory: StrPath) -> list[tuple[int, Path]]:
     The offset is read from the name, as Kafka does; a missing directory has no snapshots, and
     names whose prefix is not an offset (or `.snapshot.deleted`, `.tmp` leftovers) are ignored.
     """
-    directory = Path(directory)
+    directory = as_path(directory)
     found = []
     try:
         # scandir's file type comes with the listing (no stat per file): every partition lists its directory

@@ -258,7 +258,7 @@ class LogSegment:
         init_file_size: int = 0,
         file_suffix: str = "",
     ) -> LogSegment:
-        directory = Path(directory)
+        directory = names.as_path(directory)
         log_file = FileRecords(
             names.log_file(directory, base_offset, file_suffix), preallocate=preallocate, init_file_size=init_file_size
         )

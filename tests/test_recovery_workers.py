@@ -1,0 +1,194 @@
+"""Recovery after an unclean shutdown in worker processes (manager.recovery_workers) ends exactly where the
+in-process recovery does: same files byte for byte, offsets, producer state, leader epochs, checkpoints."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from kafkalite.client import KafkaClient
+from kafkalite.clock import MockClock
+from kafkalite.errors import LogError
+from kafkalite.manager import recovery_workers
+from kafkalite.manager.log_manager import LogManager, ManagerConfig
+from kafkalite.protocol import ApiKey
+from kafkalite.records import SimpleRecord, build_batch
+from kafkalite.scheduler import MockScheduler
+from kafkalite.storage.checkpoint import has_clean_shutdown_marker
+from kafkalite.storage.log_config import LogConfig
+from tests.support import T0
+from tests.support.brokers import BrokerProcess
+
+PARTITIONS = 12
+CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=256)
+
+
+def _manager(path: Path, processes: int | None, progress=None) -> LogManager:
+    clock = MockClock(T0)
+    return LogManager([path], CONFIG, ManagerConfig(), scheduler=MockScheduler(clock), clock=clock,
+                      recovery_processes=processes, progress=progress)
+
+
+def _crashed_data_dir(path: Path) -> None:
+    """PARTITIONS partitions with several segments, idempotent producers, two leader epochs and a flushed
+    prefix, left as kill -9 leaves them: no clean shutdown marker, active indexes preallocated."""
+    lm = _manager(path, 0)
+    for p in range(PARTITIONS):
+        lg = lm.get_or_create_log("t", p)
+        for i in range(20 + p):
+            pid = 1000 + (i % 3)
+            records = [SimpleRecord(b"k%d" % i, b"v" * (40 + p), T0 + i)]
+            lg.append_as_leader(build_batch(records, producer_id=pid, producer_epoch=0, base_sequence=i // 3),
+                                leader_epoch=1 if i < 10 else 2)
+            if i == 12:
+                lg.flush()
+    lm.checkpoint_recovery_offsets()
+    lm.checkpoint_log_start_offsets()
+    for lg in lm.all_logs():
+        lg.close_handlers()  # no flush, no trim, no snapshot: what a killed process leaves
+    for d in lm.dirs:
+        d.release()
+    assert not has_clean_shutdown_marker(path)
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(path)): f.read_bytes() for f in sorted(path.rglob("*"))
+            if f.is_file() and f.name != ".lock"}
+
+
+def _state(lm: LogManager) -> dict:
+    out = {}
+    for (topic, p), lg in sorted(lm.logs.items()):
+        out[(topic, p)] = (
+            lg.log_start_offset, lg.recovery_point, lg.log_end_offset, list(lg.segments.keys()),
+            [(e.epoch, e.start_offset) for e in lg.leader_epoch_cache.epoch_entries()],
+            sorted((pid, e.producer_epoch, e.last_seq, e.last_data_offset)
+                   for pid, e in lg.producer_state.active_producers.items()),
+        )
+    return out
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    subprocess.run(["cp", "-a", "--sparse=always", str(src), str(dst)], check=True)
+    return dst
+
+
+@pytest.fixture()
+def crashed(tmp_path) -> Path:
+    src = tmp_path / "src"
+    _crashed_data_dir(src)
+    # a torn tail in one partition: half a batch after the last whole one
+    seg = max((src / "t-3").glob("*.log"))
+    with open(seg, "ab") as f:
+        f.write(bytes(build_batch([SimpleRecord(b"x", b"y" * 50, T0)]))[:40])
+    return src
+
+
+def test_workers_recover_exactly_as_in_process(crashed, tmp_path):
+    a, b = _copy(crashed, tmp_path / "a"), _copy(crashed, tmp_path / "b")
+    seen = []
+    in_process = _manager(a, 0)
+    in_workers = _manager(b, 2, progress=lambda done, total: seen.append((done, total)))
+    try:
+        assert len(in_workers.logs) == PARTITIONS
+        assert seen[-1] == (PARTITIONS, PARTITIONS)
+        assert _state(in_workers) == _state(in_process)
+        # recovery points stay the checkpointed ones (recovered data is not flushed), as in Kafka
+        assert all(lg.recovery_point < lg.log_end_offset for lg in in_workers.all_logs())
+        assert _files(b) == _files(a)  # the torn tail cut alike, same indexes, snapshots, epoch checkpoints
+        lg = in_workers.get_log("t", 3)
+        lg.append_as_leader(build_batch([SimpleRecord(b"n", b"new", T0)]), leader_epoch=2)
+        in_process.get_log("t", 3).append_as_leader(build_batch([SimpleRecord(b"n", b"new", T0)]), leader_epoch=2)
+    finally:
+        in_process.shutdown()
+        in_workers.shutdown()
+    assert _files(b) == _files(a)  # checkpoints and clean shutdown markers too
+
+
+def test_a_failing_partition_takes_its_dir_offline_as_in_process(crashed, tmp_path, caplog):
+    """An OSError while recovering a partition takes the whole data dir offline (Kafka's log dir failure), in
+    a worker as in the broker's own threads; the error names the partition."""
+    for name in ("a", "b"):
+        path = _copy(crashed, tmp_path / name)
+        epoch_file = path / "t-5" / "leader-epoch-checkpoint"
+        epoch_file.unlink()
+        epoch_file.mkdir()  # reading it raises IsADirectoryError
+    caplog.set_level("ERROR", logger="kafkalite.manager")
+    in_process = _manager(tmp_path / "a", 0)
+    in_workers = _manager(tmp_path / "b", 2)
+    try:
+        for lm in (in_process, in_workers):
+            assert lm.dirs[0].offline
+            assert lm.logs == {}
+            assert lm.is_offline("t", 0)
+        assert "t-5" in caplog.text
+    finally:
+        in_process.shutdown()
+        in_workers.shutdown()
+
+
+def test_a_worker_that_dies_names_its_partitions(crashed, tmp_path, monkeypatch):
+    """A worker process that exits without answering (here: it cannot start) fails the start-up with a
+    LogError naming a partition it was given, and releases the data dir."""
+    path = _copy(crashed, tmp_path / "a")
+    monkeypatch.setattr(recovery_workers.sys, "executable", "/bin/false")
+    with pytest.raises(LogError, match=r"t-\d+.*recovery worker"):
+        _manager(path, 2)
+    monkeypatch.undo()
+    lm = _manager(path, 2)  # the lock was released; the next start recovers everything
+    try:
+        assert len(lm.logs) == PARTITIONS
+    finally:
+        lm.shutdown()
+
+
+def test_small_unclean_dirs_stay_in_process(crashed, tmp_path, monkeypatch):
+    """Below MIN_PARTITIONS_FOR_PROCESSES no process is started (their start costs more than they save)."""
+    path = _copy(crashed, tmp_path / "a")
+    assert PARTITIONS < recovery_workers.MIN_PARTITIONS_FOR_PROCESSES
+    monkeypatch.setattr(recovery_workers.sys, "executable", "/bin/false")  # a started worker would fail
+    lm = _manager(path, None)
+    try:
+        assert len(lm.logs) == PARTITIONS
+    finally:
+        lm.shutdown()
+
+
+def test_a_broker_killed_with_many_partitions_recovers_them_in_workers(tmp_path):
+    """A real `kafkalite serve` with MIN_PARTITIONS_FOR_PROCESSES partitions, each with an unflushed batch,
+    killed with SIGKILL: the next start recovers them in a worker process and serves every record."""
+    n = recovery_workers.MIN_PARTITIONS_FOR_PROCESSES
+    b = BrokerProcess(tmp_path / "data")
+    b.start(timeout_s=60)
+    try:
+        with KafkaClient(b.bootstrap, timeout_s=60) as c:
+            topic = {"name": "w", "num_partitions": n, "replication_factor": 1, "assignments": [], "configs": []}
+            res = c.request(ApiKey.CREATE_TOPICS, {"topics": [topic], "timeout_ms": 60_000})
+            assert res["topics"][0]["error_code"] == 0, res
+            batch = bytes(build_batch([SimpleRecord(b"k", b"v", int(time.time() * 1000))] * 3))
+            deadline = time.monotonic() + 60
+            while True:  # until every partition has its leader
+                answers = c.produce_many({("w", p): batch for p in range(n)}, acks=1)
+                if all(a["error_code"] == 0 for a in answers.values()):
+                    break
+                assert time.monotonic() < deadline, answers
+                time.sleep(0.2)
+        b.stop(signal.SIGKILL)
+        b.start(timeout_s=60)
+        with KafkaClient(b.bootstrap, timeout_s=60) as c:
+            deadline = time.monotonic() + 60
+            while True:
+                ends = c.list_offsets({("w", p): -1 for p in range(n)})
+                if all(e["error_code"] == 0 for e in ends.values()):
+                    break
+                assert time.monotonic() < deadline, ends
+                time.sleep(0.2)
+            assert all(e["offset"] >= 3 for e in ends.values()), ends  # every acknowledged batch survived
+        assert "worker process" in b.log_path.read_text(errors="replace")
+    finally:
+        if b.proc is not None and b.proc.poll() is None:
+            b.stop()
