@@ -687,7 +687,8 @@ def bench_broker_send(results: dict) -> None:
                 results[f"send path: {label}, broker {name}"] = (
                     f"{fmt_rate(rates[key])}, {statistics.median(cpu[key]):.2f} CPU-s/GiB "
                     f"({min(cpu[key]):.2f}-{max(cpu[key]):.2f})", _cpu_ratio(cpu, rates, key, name, what),
-                    "<= 0.30 s/GiB")
+                    # the target is the consumer's; the wide fetch shows the per-partition cost (no target)
+                    "<= 0.30 s/GiB" if what == "consume" else "-")
     finally:
         for b in brokers.values():
             b.stop()
