@@ -293,10 +293,18 @@ class LogManager:
                 if in_workers:
                     owner = {child: d for d, child in in_workers}
 
+                    fell_back: set[str] = set()
+
                     def recovered(result: recovery_workers.RecoveryResult) -> None:
                         d = owner[result.directory]
                         exc = result.exception()
-                        if exc is None:
+                        if result.retry:
+                            if result.error not in fell_back:
+                                fell_back.add(result.error or "")
+                                log.warning("A log recovery worker process failed (%s); the broker recovers the "
+                                            "logs it had not answered for itself", result.error)
+                            ready.put((d, result.directory, pool.submit(self._load_log, d, result.directory)))
+                        elif exc is None:
                             ready.put((d, result.directory, pool.submit(self._load_recovered_log, d, result)))
                         else:
                             failed: Future[Log] = Future()

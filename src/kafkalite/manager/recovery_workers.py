@@ -19,7 +19,8 @@ Protocol: the parent writes one pickle to the worker's stdin, (default LogConfig
 writes one JSON line per partition to stdout, in order: {"dir", "log_start_offset", "recovery_point"} or
 {"dir", "errno", "error"} for an OSError (the broker takes the dir offline, as for an in-process failure) or
 {"dir", "fatal"} for any other error (the broker refuses to start, naming the partition). Log messages go to
-stderr, which is the broker's.
+stderr, which is the broker's. A worker that exits without answering for all its partitions (killed, out of
+memory, or not started at all) costs only time: the broker recovers those partitions in its own threads.
 """
 
 from __future__ import annotations
@@ -66,11 +67,12 @@ class RecoveryResult:
     errno: int | None = None
     error: str | None = None
     fatal: bool = False
+    retry: bool = False  # the worker died (or never started) before answering: recover it in the broker instead
 
     def exception(self) -> BaseException | None:
         if self.errno is not None:
             return OSError(self.errno, f"{self.error} (recovering {self.directory} in a worker process)")
-        if self.error is not None:
+        if self.error is not None and not self.retry:
             return RuntimeError(f"recovering {self.directory} in a worker process failed: {self.error}")
         return None
 
@@ -111,8 +113,14 @@ class RecoveryWorkers:
             topics = {names_topic(j.directory) for j in share}
             payload = pickle.dumps((default_config, {t: c for t, c in topic_configs.items() if t in topics},
                                     [(str(j.directory), j.log_start_offset, j.recovery_point) for j in share], level))
-            proc = subprocess.Popen([sys.executable, "-m", "kafkalite.manager.recovery_workers"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            try:
+                proc = subprocess.Popen([sys.executable, "-m", "kafkalite.manager.recovery_workers"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            except OSError as exc:  # no process to be had (limits, memory): the broker recovers the share itself
+                for job in share:
+                    self.on_result(RecoveryResult(job.directory, error=f"cannot start a recovery worker: {exc}",
+                                                  retry=True))
+                continue
             self._procs.append(proc)
             t = threading.Thread(target=self._serve, args=(proc, share, payload), name="log-recovery-worker",
                                  daemon=True)
@@ -143,9 +151,12 @@ class RecoveryWorkers:
             code = proc.wait()
             if answered < len(share):
                 raise RuntimeError(f"the recovery worker (pid {proc.pid}) exited with status {code}")
-        except Exception as exc:  # a dead or confused worker: every partition it did not answer for fails by name
+        except Exception as exc:
+            # A dead or confused worker (killed, out of memory, never started): the partitions it did not answer
+            # for are recovered in the broker, as without workers. Recovery is idempotent: one the worker left
+            # half done is recovered again from its files, as after a crash during recovery.
             for job in share[answered:]:
-                self.on_result(RecoveryResult(job.directory, error=f"{exc}", fatal=True))
+                self.on_result(RecoveryResult(job.directory, error=f"{exc}", retry=True))
         finally:
             proc.stdout.close()
 
