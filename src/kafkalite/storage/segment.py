@@ -433,9 +433,39 @@ class LogSegment:
     # --- read --------------------------------------------------------------------------------------
 
     def translate_offset(self, offset: int, starting_file_position: int = 0) -> LogOffsetPosition | None:
-        """The first batch whose last offset is >= `offset`: (its last offset, position, size)."""
-        position = self.scan_position(offset)
-        return self.log.search_for_offset_with_size(offset, max(position, starting_file_position))
+        """The first batch whose last offset is >= `offset`: (its last offset, position, size).
+
+        The index entry the search starts from is checked (see `scan_position`) against the first header the
+        search reads anyway, instead of by a read of its own: one read of the `.log` per fetched partition."""
+        mapping = self.offset_index.lookup(offset)
+        position = mapping.position
+        if starting_file_position > position or (position == 0 and mapping.offset == self.base_offset):
+            return self.log.search_for_offset_with_size(offset, max(self.scan_position(offset),
+                                                                    starting_file_position))
+        problem = None
+        if not 0 <= position < self.log.size:
+            problem = f"points outside the {self.log.size}-byte log file {self.log.path.name}"
+        elif mapping.offset < self.base_offset:
+            problem = f"has an offset below the segment base {self.base_offset}"
+        else:
+            headers = self.log.batch_headers(position)
+            try:
+                first = next(headers, None)
+            except CorruptRecordError:
+                first = None
+            if first is None:
+                problem = f"does not point at a whole record batch of {self.log.path.name}"
+            elif not self.base_offset <= first.base_offset <= mapping.offset:
+                problem = f"points at a batch starting at offset {first.base_offset}"
+            elif first.last_offset >= offset:
+                return LogOffsetPosition(first.last_offset, first.position, first.size)
+            else:
+                for h in headers:
+                    if h.last_offset >= offset:
+                        return LogOffsetPosition(h.last_offset, h.position, h.size)
+                return None
+        self.rebuild_indexes(f"entry ({mapping.offset} -> byte {position}) {problem}")
+        return self.log.search_for_offset_with_size(offset, starting_file_position)
 
     def scan_position(self, offset: int) -> int:
         """Where a scan of the `.log` for `offset` may start: the index's answer, checked against the `.log`.
