@@ -344,17 +344,27 @@ def _regions_file(tmp_path, sizes: list[int]) -> tuple[str, bytes]:
     return str(path), data
 
 
+def _plain_broker(tmp_path):
+    """A broker object with one PLAINTEXT listener, not started: its `_send` is what these tests drive."""
+    from kafkalite.broker.config import BrokerConfig
+    from kafkalite.broker.server import Broker
+
+    return Broker(BrokerConfig.load(None, {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": tmp_path / "d"}))
+
+
+async def _echo(ch: Channel, f: memoryview) -> None:
+    ch.write(frame(bytes(f)))
+    await ch.drain()
+
+
 def test_a_response_of_many_regions_goes_to_a_slow_reader_whole_without_loop_sendfile(tmp_path):
     """200 partitions' headers and 64 KiB regions, then a 16 MiB one, to a reader slower than the socket: every
     byte arrives in order, the wait for a full socket happens in `send_parts` (asyncio's sendfile, which
     pauses and resumes reading and registers a writer around each region, is made to fail here), and the
     connection reads requests again afterwards."""
-    from kafkalite.broker.config import BrokerConfig
-    from kafkalite.broker.server import Broker
-
     sizes = [64 * 1024] * 200 + [16 * MiB]
     path, data = _regions_file(tmp_path, sizes)
-    broker = Broker(BrokerConfig.load(None, {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": tmp_path / "d"}))
+    broker = _plain_broker(tmp_path)
 
     def parts() -> tuple[list, bytes]:
         out: list = [b"head"]
@@ -380,9 +390,7 @@ def test_a_response_of_many_regions_goes_to_a_slow_reader_whole_without_loop_sen
             assert ch.sends_directly
             await ch.next_frame()
             await broker._send(ch, response)
-            f = await ch.next_frame()  # reading resumed: the next request is taken
-            ch.write(frame(bytes(f)))
-            await ch.drain()
+            await _echo(ch, await ch.next_frame())  # reading resumed: the next request is taken
             ch.close()
 
         server, port = await _serve(on_channel)
@@ -410,11 +418,8 @@ def test_a_reader_that_goes_away_mid_response_ends_only_its_connection(tmp_path)
     """The peer closes while a 64 MiB region waits for room in its socket: sending ends with a
     ConnectionError, every region's descriptor is closed, the writer registration is gone (the next
     connection, which may get the same descriptor number, is served normally)."""
-    from kafkalite.broker.config import BrokerConfig
-    from kafkalite.broker.server import Broker
-
     path, _data = _regions_file(tmp_path, [64 * MiB])
-    broker = Broker(BrokerConfig.load(None, {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": tmp_path / "d"}))
+    broker = _plain_broker(tmp_path)
     fds = [os.open(path, os.O_RDONLY) for _ in range(3)]
 
     async def main() -> tuple[list[str], bytes]:
@@ -433,8 +438,7 @@ def test_a_reader_that_goes_away_mid_response_ends_only_its_connection(tmp_path)
                 except ConnectionError as exc:
                     outcomes.append(type(exc).__name__)
             else:
-                ch.write(frame(bytes(f)))
-                await ch.drain()
+                await _echo(ch, f)
             ch.close()
 
         server, port = await _serve(on_channel)
@@ -465,12 +469,9 @@ def test_regions_wait_for_the_bytes_the_transport_still_holds(tmp_path):
     """Bytes written through the transport before a response of file regions (8 MiB, most of them still
     buffered: the reader has not started) leave first: `send_parts` waits for the transport to empty before
     its own writes, so the stream stays in order."""
-    from kafkalite.broker.config import BrokerConfig
-    from kafkalite.broker.server import Broker
-
     path, data = _regions_file(tmp_path, [4 * MiB])
     before = os.urandom(8 * MiB)
-    broker = Broker(BrokerConfig.load(None, {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": tmp_path / "d"}))
+    broker = _plain_broker(tmp_path)
 
     async def main() -> tuple[bytes, int]:
         held = [0]
