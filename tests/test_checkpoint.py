@@ -540,3 +540,13 @@ def test_concurrent_writers_of_one_checkpoint_never_collide(tmp_path) -> None:
     [(tp, offset)] = OffsetCheckpointFile(path).read().items()
     assert tp[0] == "t" and offset == 59
     assert not (tmp_path / (REPLICATION_OFFSET_CHECKPOINT_FILE + ".tmp")).exists()
+
+
+def test_sync_file_system_syncs_or_names_the_path(tmp_path: Path) -> None:
+    """Recovery writes its producer snapshots without an fsync each and syncs the data dir's file system once."""
+    from kafkalite.storage.checkpoint import sync_file_system
+
+    (tmp_path / "x.snapshot").write_bytes(b"1")
+    sync_file_system(tmp_path)
+    with pytest.raises(OSError, match="missing"):
+        sync_file_system(tmp_path / "missing")

@@ -7,9 +7,9 @@ crash), `log-start-offset-checkpoint`, and `.kafka_cleanshutdown`, written last 
 the next start skips recovery entirely.
 
 The manager loads every partition of every dir in parallel (`num.recovery.threads.per.data.dir`
-per dir, at least IO_THREADS_PER_DIR), and runs Kafka's background tasks by their Kafka names: kafka-log-retention,
-kafka-log-flusher, kafka-recovery-point-checkpoint, kafka-log-start-offset-checkpoint,
-kafka-delete-logs.
+per dir; after an unclean shutdown at least IO_THREADS_PER_DIR, plus worker processes), and runs
+Kafka's background tasks by their Kafka names: kafka-log-retention, kafka-log-flusher,
+kafka-recovery-point-checkpoint, kafka-log-start-offset-checkpoint, kafka-delete-logs.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from kafkalite.storage.checkpoint import (
     kraft_meta_properties,
     read_meta_properties,
     remove_clean_shutdown_marker,
+    sync_file_system,
     write_clean_shutdown_marker,
     write_meta_properties,
 )
@@ -60,8 +61,8 @@ TopicPartition = tuple[str, int]
 # offline for them would turn a too-low `ulimit -n` into lost partitions.
 # What one new partition keeps open: its active segment's .log, .index and .timeindex (an upper bound:
 # index files that are only mapped hold none).
-# At least this many threads per data dir load logs at start-up and close them at shutdown, whatever
-# num.recovery.threads.per.data.dir says (it can only raise it): both are mostly waits on the disk (reading
+# At least this many threads per data dir recover logs after an unclean shutdown and close them at shutdown,
+# whatever num.recovery.threads.per.data.dir says (it can only raise it): both are mostly waits on the disk (reading
 # directories, checkpoints and segment tails; fsyncs and snapshot writes) that release the GIL, so more threads
 # than cores overlap them. With 10,000 partitions one thread took 68 s to recover after kill -9 and 8 took 22 s;
 # one closing thread took 10-30 s of a broker's stop. Kafka runs exactly num.recovery.threads.per.data.dir.
@@ -288,7 +289,8 @@ class LogManager:
         in_workers = unclean[int(len(unclean) * recovery_workers.broker_share(processes)):] if processes > 0 else []
         ready: queue.SimpleQueue[tuple[_DataDir, Path, Future[Log]]] = queue.SimpleQueue()
         workers = None
-        with ThreadPoolExecutor(max_workers=self._io_threads(), thread_name_prefix="log-recovery") as pool:
+        threads = self._io_threads() if unclean else self._load_threads()
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="log-recovery") as pool:
             try:
                 if in_workers:
                     owner = {child: d for d, child in in_workers}
@@ -358,10 +360,25 @@ class LogManager:
                 raise
             if workers is not None:
                 workers.join()
+        # Recovery wrote a producer snapshot in every recovered partition without an fsync each (half of the
+        # kernel time of recovering 10,000 small partitions); one syncfs per recovered dir makes them durable.
+        for d in {id(d): d for d, _child in unclean}.values():
+            if not d.offline:
+                try:
+                    sync_file_system(d.path)
+                except OSError as exc:
+                    self._mark_offline(d, exc)
         if bar is not None:
             bar.close()
         log.info("Loaded %d logs from %d data dir(s) in %.0f ms", len(self.logs), len(self.dirs),
                  (time.perf_counter() - started) * 1000)
+
+    def _load_threads(self) -> int:
+        """Threads loading logs when every dir was shut down cleanly: num.recovery.threads.per.data.dir per dir, as
+        in Kafka (default 1). Such a load only reads small files, mostly from the page cache, and is CPU-bound in
+        Python: more threads only fight over the GIL and the process's mmap lock. 10,000 empty partitions loaded
+        in 4.8 s on one thread, 8.0 s on two, 8.9 s on eight (16 s after dropping the page cache, 7.5 s on one)."""
+        return max(1, self.config.num_recovery_threads_per_data_dir) * max(1, len(self.dirs))
 
     def _io_threads(self) -> int:
         """Threads loading or closing logs: num.recovery.threads.per.data.dir, at least IO_THREADS_PER_DIR, per dir."""
@@ -385,7 +402,7 @@ class LogManager:
         tp = (topic, partition)
         return Log(child, self._config_for(topic), log_start_offset=d.ls.get(tp, 0),
                    recovery_point=d.rp.get(tp, 0), clean_shutdown=d.had_clean_shutdown, scheduler=self.scheduler,
-                   clock=self.clock, dir_lock=d.lock)
+                   clock=self.clock, dir_lock=d.lock, durable_recovery_snapshots=d.had_clean_shutdown)
 
     # --- lookups and lifecycle of logs --------------------------------------------------------------
 

@@ -185,8 +185,9 @@ def _recover_one(directory: str, config: LogConfig, log_start: int, recovery_poi
     from kafkalite.storage.log import Log
 
     path = Path(directory)
+    # the snapshots recovery writes are synced by the broker, with one syncfs of the data dir after the workers end
     lg = Log(path, config, log_start_offset=log_start, recovery_point=recovery_point, clean_shutdown=False,
-             dir_lock=DelegatedLock(path.parent))
+             dir_lock=DelegatedLock(path.parent), durable_recovery_snapshots=False)
     result = {"dir": directory, "log_start_offset": lg.log_start_offset, "recovery_point": lg.recovery_point}
     lg.close(flush=False)  # producer snapshot at the log end, indexes trimmed: what a clean close leaves
     return result

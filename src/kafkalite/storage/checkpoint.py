@@ -147,6 +147,27 @@ def fsync_dir(directory: StrPath) -> None:
         os.close(fd)
 
 
+def sync_file_system(path: StrPath) -> None:
+    """Make everything written on the file system holding `path` durable, with one syncfs(2).
+
+    For many small files written without their own fsync (producer snapshots of a recovery of thousands of
+    partitions): one journal commit instead of one per file. Falls back to sync(2) where syncfs is missing."""
+    import ctypes
+    import ctypes.util
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        syncfs = getattr(libc, "syncfs", None)
+        if syncfs is None:
+            os.sync()
+        elif syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs of {path} failed: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
 def _read_or_none(path: Path) -> bytes | None:
     try:
         return path.read_bytes()

@@ -153,13 +153,15 @@ class Log:
         progress: Callable[[int, int], None] | None = None,
         read_only: bool = False,
         dir_lock: DirLock | None = None,
+        durable_recovery_snapshots: bool = True,
     ) -> None:
         """Open (creating if needed) and recover a partition directory for writing, under its lock.
 
         A standalone Log locks the directory it lives in (shared with other standalone Logs, not with
         a LogManager) and its own partition directory (exclusively); a LogManager passes its held
         data dir lock as `dir_lock` instead. `read_only=True` (see `open_read_only`) takes no lock and
-        changes nothing on disk.
+        changes nothing on disk. `durable_recovery_snapshots=False` writes the producer snapshots of loading
+        without fsync: for a caller that syncs the file system once after loading many logs.
         """
         self.dir = as_path(directory)
         self.topic, self.partition = names.parse_topic_partition_name(self.dir.name)
@@ -184,7 +186,7 @@ class Log:
         self._dir_locks = self._take_dir_locks(dir_lock)
         try:
             self._open_for_writing(log_start_offset, recovery_point, clean_shutdown, producer_id_expiration_ms,
-                                   high_watermark, progress)
+                                   high_watermark, progress, durable_recovery_snapshots)
         except BaseException:
             self._release_dir_locks()
             raise
@@ -225,7 +227,7 @@ class Log:
 
     def _open_for_writing(self, log_start_offset: int, recovery_point: int, clean_shutdown: bool,
                           producer_id_expiration_ms: int, high_watermark: int | None,
-                          progress: Callable[[int, int], None] | None) -> None:
+                          progress: Callable[[int, int], None] | None, durable_snapshots: bool = True) -> None:
         clock = self.clock
         self.dir.mkdir(parents=True, exist_ok=True)
         epoch_file = self.dir / LEADER_EPOCH_CHECKPOINT_FILE
@@ -239,11 +241,13 @@ class Log:
             self.rebuild_epoch_cache = True
         self.producer_state = ProducerStateManager(self.dir, producer_id_expiration_ms=producer_id_expiration_ms,
                                                    clock=clock)
+        self.producer_state.durable_snapshots = durable_snapshots
         loaded = LogLoader(
             self.dir, self.config, new_segment=self._new_segment, leader_epoch_cache=self.leader_epoch_cache,
             producer_state=self.producer_state, clock=clock, log_start_offset_checkpoint=log_start_offset,
             recovery_point_checkpoint=recovery_point, clean_shutdown=clean_shutdown,
             rebuild_epoch_cache=self.rebuild_epoch_cache, progress=progress).load()
+        self.producer_state.durable_snapshots = True
         self.segments = loaded.segments
         self.log_start_offset = loaded.log_start_offset
         self.recovery_point = loaded.recovery_point

@@ -97,6 +97,8 @@ class LogLoader:
         self.progress = progress
         self.segments = SegmentMap()
         self.log_start_offset = log_start_offset_checkpoint
+        # base offset -> the last offset a rebuilt offset index had seen in the segment (see `_lost_tail`)
+        self._index_claims: dict[int, int] = {}
 
     # --- entry point ----------------------------------------------------------------------------
 
@@ -104,7 +106,11 @@ class LogLoader:
         swap_files = self._remove_temp_files_and_collect_swaps()
         self._complete_swaps(swap_files)
         self._load_segment_files()
-        next_offset = self._last_next_offset() if self.clean_shutdown else self._recover_log()
+        if self.clean_shutdown:
+            self._cut_at_lost_tail()
+            next_offset = self._last_next_offset()
+        else:
+            next_offset = self._recover_log()
         segments = self.segments
         if self.rebuild_epoch_cache:
             self._rebuild_epoch_cache()
@@ -224,7 +230,9 @@ class LogLoader:
             time_index_existed = names.filename_prefix_from_offset(base) + names.TIME_INDEX_SUFFIX in files
             segment = self.new_segment(base, new_file=False)
             try:
-                segment.sanity_check(time_index_existed)
+                claimed = segment.sanity_check(time_index_existed)
+                if claimed is not None:
+                    self._index_claims[base] = claimed
             except FileNotFoundError:
                 if self.clean_shutdown or base < self.recovery_point_checkpoint:
                     log.error("%s: could not find offset index file of segment %d; rebuilding index files",
@@ -250,6 +258,36 @@ class LogLoader:
         self.producer_state.take_snapshot()
         return truncated
 
+    def _lost_tail(self, segment: LogSegment, next_base: int) -> bool:
+        """Whether `segment`'s `.log` lost its tail: its offset index (found pointing past the `.log` and
+        rebuilt) had seen an offset the `.log` no longer reaches, and nothing up to the next segment's base
+        is left. A `.log` cut at a batch boundary has no invalid batch for recovery to find; keeping the
+        later segments would leave a hole in the middle of the log, so it is cut there as at a bad batch.
+        (A damaged index alone does not qualify: the `.log` still reaches the next segment's base.)"""
+        claimed = self._index_claims.get(segment.base_offset)
+        if claimed is None:
+            return False
+        next_offset = segment.read_next_offset()
+        if next_offset > claimed or next_offset >= next_base:
+            return False
+        log.error("%s: %s ends at offset %d, but its offset index had seen offset %d and the next segment starts at "
+                  "%d: the file lost its tail; cutting the log there", self.dir.name, segment.log.path.name,
+                  next_offset, claimed, next_base)
+        return True
+
+    def _cut_at_lost_tail(self) -> None:
+        """After a clean shutdown: drop every segment after one whose `.log` lost its tail (`_lost_tail`)."""
+        if not self._index_claims:
+            return
+        keys = list(self.segments.keys())
+        for i, base in enumerate(keys[:-1]):
+            if self._lost_tail(self.segments[base], keys[i + 1]):
+                for later in keys[i + 1:]:
+                    doomed = self.segments.pop(later)
+                    doomed.close_handlers()
+                    doomed.delete_if_exists()
+                return
+
     # --- step 4: recovery ----------------------------------------------------------------------------
 
     def _last_next_offset(self) -> int:
@@ -271,12 +309,14 @@ class LogLoader:
                 segment = segments[base]
                 log.info("%s: recovering unflushed segment %d (%d bytes)", self.dir.name, base, segment.size)
                 truncated = self._recover_segment(segment)
-                done += segment.size + truncated
+                if not truncated and i + 1 < len(to_recover) and self._lost_tail(segment, to_recover[i + 1]):
+                    truncated = -1  # nothing cut here, but what follows cannot be trusted to follow on
+                done += segment.size + max(0, truncated)
                 if bar is not None:
-                    bar.update(segment.size + truncated)
+                    bar.update(segment.size + max(0, truncated))
                 if self.progress is not None:
                     self.progress(done, total)
-                if truncated > 0:
+                if truncated:
                     later = to_recover[i + 1 :]
                     if later:
                         log.warning("%s: corruption found in segment %d; deleting %d later segment(s) %s",

@@ -118,13 +118,15 @@ def _check_header(view: memoryview, source: object) -> None:
         raise CorruptSnapshotError(f"{source}: negative entry count {count}")
 
 
-def write_snapshot(path: StrPath, entries: Iterable[ProducerSnapshotEntry]) -> None:
+def write_snapshot(path: StrPath, entries: Iterable[ProducerSnapshotEntry], *, durable: bool = True) -> None:
     """Write atomically, so a crash never leaves a half-written snapshot for the loader to reject.
 
     The file is fsynced before its rename, but the directory is not (Kafka's writeSnapshot forces the file
     only): a rename lost to a power failure leaves an older snapshot, from which the loader replays the log.
-    Every partition recovered after kill -9 writes one, so the directory fsync cost ~0.3 ms each."""
-    atomic_write(path, encode_snapshot(entries), sync_dir=False)
+    Every partition recovered after kill -9 writes one, so the directory fsync cost ~0.3 ms each.
+    `durable=False` skips the file's fsync too: for a caller that syncs the whole file system once after
+    writing many (the log manager's recovery, `checkpoint.sync_file_system`)."""
+    atomic_write(path, encode_snapshot(entries), durable=durable, sync_dir=False)
 
 
 def read_snapshot(path: StrPath) -> list[ProducerSnapshotEntry]:

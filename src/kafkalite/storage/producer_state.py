@@ -205,6 +205,11 @@ class ProducerStateManager:
         self._ongoing_txns: dict[int, int] = {}  # first offset -> producer id
         self._snapshots: dict[int, Path] = dict(list_snapshots(self.log_dir))
         self._map_end_offset = 0
+        # The log start offset as last told (loading, truncation): it only moves forward in between, and a snapshot
+        # at or below the log start is never loaded (truncate_and_reload deletes it), so none is written there.
+        self._log_start_floor = 0
+        # False while a log manager recovers many logs: it syncs the file system once afterwards instead
+        self.durable_snapshots = True
 
     # --- state -----------------------------------------------------------------------------------
 
@@ -409,6 +414,7 @@ class ProducerStateManager:
         """Kafka's hook for a log start move: the state cannot end before the log starts."""
         if self._map_end_offset < log_start_offset:
             self._map_end_offset = log_start_offset
+        self._log_start_floor = max(self._log_start_floor, log_start_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """The log was emptied and restarts at `offset`: nothing before it matters any more."""
@@ -417,6 +423,7 @@ class ProducerStateManager:
         self._producers.clear()
         self._ongoing_txns.clear()
         self._map_end_offset = offset
+        self._log_start_floor = offset
 
     def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> None:
         """Make the state describe the log up to at most `log_end_offset`, from the snapshots.
@@ -430,6 +437,7 @@ class ProducerStateManager:
         """
         for o in [o for o in self._snapshots if o > log_end_offset or o <= log_start_offset]:
             self._delete_snapshot(o)
+        self._log_start_floor = log_start_offset
         if log_end_offset != self._map_end_offset:
             self._producers.clear()
             self._ongoing_txns.clear()
@@ -480,19 +488,22 @@ class ProducerStateManager:
         return self._snapshots.get(offset)
 
     def take_snapshot(self) -> Path | None:
-        """Write `<map end offset>.snapshot` if the state moved past the newest snapshot; returns its path.
+        """Write `<map end offset>.snapshot` if the state moved past the newest snapshot and past the log
+        start; returns its path.
 
-        Re-writing an unchanged state would only churn the disk, and a snapshot below the newest one
-        would never be loaded. (Kafka compares with the offset it last wrote or loaded rather than
-        with the newest file; the two differ only when there is no file, where Kafka skips a
-        snapshot at the log start offset and we write it.)
+        Re-writing an unchanged state would only churn the disk, a snapshot below the newest one would
+        never be loaded, and one at or below the log start offset is deleted unread by the next load.
+        Kafka's rule is the same (it compares with the offset it last wrote or loaded, which is the log
+        start when there is no snapshot): an empty partition has no `.snapshot` file. Writing one at
+        offset 0 made every clean load of an empty partition delete it and write it again, with an fsync
+        (half the cost of loading 10,000 empty partitions).
         """
         offset = self._map_end_offset
         latest = self.latest_snapshot_offset
-        if latest is not None and offset <= latest:
+        if (latest is not None and offset <= latest) or offset <= self._log_start_floor:
             return None
         path = names.snapshot_file(self.log_dir, offset)
-        write_snapshot(path, [_snapshot_entry(e) for e in self._producers.values()])
+        write_snapshot(path, [_snapshot_entry(e) for e in self._producers.values()], durable=self.durable_snapshots)
         self._snapshots[offset] = path
         return path
 

@@ -884,7 +884,7 @@ class LogSegment:
             self._max_ts_and_offset = self._load_max_timestamp()
         return removed
 
-    def sanity_check(self, time_index_file_exists: bool) -> None:
+    def sanity_check(self, time_index_file_exists: bool) -> int | None:
         """Load-time check: the offset index must exist and be sane; the txn index must be sane.
 
         Kafka 2.3+ checks only that the offset index exists and trusts its content. Here Kafka's
@@ -894,6 +894,10 @@ class LogSegment:
         garbage appended to an index or a stray swap file renamed over it, which Kafka would trust
         and then skip data with; such an index is rebuilt on the spot. A CorruptIndexError (Kafka's
         checks) makes the loader recover the segment, as in Kafka.
+
+        Returns the offset of the last entry of an offset index rebuilt here (None otherwise): the index
+        saw that offset in the `.log`, so if the `.log` now ends before it and before the next segment, it
+        lost its tail (LogLoader cuts the log there).
         """
         if not self.offset_index_path.exists():
             raise FileNotFoundError(f"offset index file {self.offset_index_path} does not exist")
@@ -911,11 +915,17 @@ class LogSegment:
                 # rebuilt here, without truncating: the damage may be in the `.log` at that byte, which is
                 # recovery's business (it cuts there and drops later segments), not the index check's
                 self.rebuild_indexes(f"its last entry ({last.offset} -> byte {last.position}) {problem}")
+                claimed: int | None = last.offset
+            else:
+                claimed = None
+        else:
+            claimed = None
         if self._time_index is not None:
             self._time_index.sanity_check()
         elif time_index_file_exists:
             TimeIndex.check_file(self.time_index_path, self.base_offset)
         self.txn_index.sanity_check()
+        return claimed
 
     def reset_roll_state(self) -> None:
         self.created_ms = self.clock.milliseconds()
