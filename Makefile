@@ -8,7 +8,7 @@ VENV ?= .venv
 SPARK_STAMP := $(VENV)/.installed-spark
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast bench lint soak clean
+.PHONY: demo test test-fast bench lint soak clean compile
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,19 +22,25 @@ $(DEV_STAMP): pyproject.toml | $(VENV)/bin/python
 	$(VENV)/bin/python -m pip install -q -e '.[dev]'
 	touch $(DEV_STAMP) $(SPARK_STAMP)
 
-demo: $(SPARK_STAMP)
+# Byte-compiled sources: the editable install leaves none, and an environment with PYTHONDONTWRITEBYTECODE=1
+# never writes them, so every broker and CLI start compiled ~140 modules again (0.2-0.3 s of each start).
+# Only what changed is compiled again.
+compile: | $(VENV)/bin/python
+	$(VENV)/bin/python -m compileall -q src
+
+demo: $(SPARK_STAMP) compile
 	$(VENV)/bin/kafkalite demo
 
-test: $(DEV_STAMP)
+test: $(DEV_STAMP) compile
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m pytest -q
 
 # The inner loop for contributors: no Spark, no real-client matrix, no multi-process fault tests (< 1 min).
-test-fast: $(DEV_STAMP)
+test-fast: $(DEV_STAMP) compile
 	$(VENV)/bin/python -m pytest -q -m "not spark and not clients and not slow and not cluster"
 
-bench: $(DEV_STAMP)
+bench: $(DEV_STAMP) compile
 	$(VENV)/bin/python -m bench
 
 # Replication under faults, long (tests/test_replication_faults.py; needs Java + ZooKeeper like `pytest -m cluster`):
