@@ -619,3 +619,26 @@ def test_segment_map_forgets_its_active_segment_on_every_change(tmp_path):
     segments[5] = "s5"
     assert segments.last_segment == "s5"
     assert SegmentMap({1: "a", 9: "b"}).last_segment == "b"
+
+
+def test_reloading_a_log_emptied_by_delete_records_writes_no_snapshots(tmp_path):
+    """A snapshot at or below the log start is deleted unread by every load, so none is written there: an empty
+    log whose start moved (DeleteRecords up to its end) reloads without creating or deleting `.snapshot` files."""
+    d = tmp_path / "t-0"
+    env = Env()
+    lg = env.open(d, {"segment.bytes": 1000})
+    for i in range(30):
+        lg.append_as_leader(single(b"v%d" % i, ts=T0 + i))
+    lg.roll()
+    end = lg.log_end_offset
+    lg.update_high_watermark(end)
+    assert lg.maybe_increment_log_start_offset(end)
+    lg.delete_old_segments()
+    lg.close()
+    seen = []
+    for _ in range(3):
+        lg = env.open(d, {"segment.bytes": 1000}, log_start_offset=end, clean_shutdown=True)
+        assert lg.log_start_offset == lg.log_end_offset == end
+        lg.close()
+        seen.append(sorted((p.name, p.stat().st_ino) for p in d.glob("*.snapshot")))
+    assert seen[0] == seen[1] == seen[2], seen

@@ -356,6 +356,7 @@ def rebuild_producer_state(psm: ProducerStateManager, segments: SegmentMap, log_
     of replaying everything, as Kafka does.
     """
     bases = list(segments.keys())
+    psm.note_log_start_offset(log_start_offset)
     psm.remove_stray_snapshots(bases)
     if psm.latest_snapshot_offset is None and reload_from_clean_shutdown:
         for offset in sorted({*bases[-2:], last_offset}):

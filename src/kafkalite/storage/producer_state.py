@@ -414,6 +414,10 @@ class ProducerStateManager:
         """Kafka's hook for a log start move: the state cannot end before the log starts."""
         if self._map_end_offset < log_start_offset:
             self._map_end_offset = log_start_offset
+        self.note_log_start_offset(log_start_offset)
+
+    def note_log_start_offset(self, log_start_offset: int) -> None:
+        """The log starts at `log_start_offset`: no snapshot is written at or below it (see take_snapshot)."""
         self._log_start_floor = max(self._log_start_floor, log_start_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
