@@ -153,11 +153,10 @@ def sync_file_system(path: StrPath) -> None:
     For many small files written without their own fsync (producer snapshots of a recovery of thousands of
     partitions): one journal commit instead of one per file. Falls back to sync(2) where syncfs is missing."""
     import ctypes
-    import ctypes.util
 
     fd = os.open(path, os.O_RDONLY)
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols, libc's among them
         syncfs = getattr(libc, "syncfs", None)
         if syncfs is None:
             os.sync()
