@@ -117,10 +117,7 @@ class LogLoader:
         if segments and next_offset < self.log_start_checkpoint:
             log.warning("%s: every segment ends below the checkpointed log start offset %d; deleting them",
                         self.dir.name, self.log_start_checkpoint)
-            for seg in list(segments.values()):
-                seg.close_handlers()
-                seg.delete_if_exists()
-            segments.clear()
+            self._delete_segments(list(segments.keys()))
             self.leader_epoch_cache.clear()
             self.producer_state.truncate_fully_and_start_at(self.log_start_checkpoint)
         if not segments:
@@ -282,11 +279,15 @@ class LogLoader:
         keys = list(self.segments.keys())
         for i, base in enumerate(keys[:-1]):
             if self._lost_tail(self.segments[base], keys[i + 1]):
-                for later in keys[i + 1:]:
-                    doomed = self.segments.pop(later)
-                    doomed.close_handlers()
-                    doomed.delete_if_exists()
+                self._delete_segments(keys[i + 1:])
                 return
+
+    def _delete_segments(self, bases: list[int]) -> None:
+        """Drop these segments from the log and delete their files (what follows a cut)."""
+        for base in bases:
+            doomed = self.segments.pop(base)
+            doomed.close_handlers()
+            doomed.delete_if_exists()
 
     # --- step 4: recovery ----------------------------------------------------------------------------
 
@@ -309,22 +310,19 @@ class LogLoader:
                 segment = segments[base]
                 log.info("%s: recovering unflushed segment %d (%d bytes)", self.dir.name, base, segment.size)
                 truncated = self._recover_segment(segment)
-                if not truncated and i + 1 < len(to_recover) and self._lost_tail(segment, to_recover[i + 1]):
-                    truncated = -1  # nothing cut here, but what follows cannot be trusted to follow on
-                done += segment.size + max(0, truncated)
+                # nothing cut, but a lost tail means what follows does not follow on: cut there all the same
+                lost_tail = not truncated and i + 1 < len(to_recover) and self._lost_tail(segment, to_recover[i + 1])
+                done += segment.size + truncated
                 if bar is not None:
-                    bar.update(segment.size + max(0, truncated))
+                    bar.update(segment.size + truncated)
                 if self.progress is not None:
                     self.progress(done, total)
-                if truncated:
+                if truncated > 0 or lost_tail:
                     later = to_recover[i + 1 :]
                     if later:
                         log.warning("%s: corruption found in segment %d; deleting %d later segment(s) %s",
                                     self.dir.name, base, len(later), later)
-                    for b in later:
-                        doomed = segments.pop(b)
-                        doomed.close_handlers()
-                        doomed.delete_if_exists()
+                    self._delete_segments(later)
                     break
         finally:
             if bar is not None:

@@ -442,12 +442,8 @@ class LogSegment:
         if starting_file_position > position or (position == 0 and mapping.offset == self.base_offset):
             return self.log.search_for_offset_with_size(offset, max(self.scan_position(offset),
                                                                     starting_file_position))
-        problem = None
-        if not 0 <= position < self.log.size:
-            problem = f"points outside the {self.log.size}-byte log file {self.log.path.name}"
-        elif mapping.offset < self.base_offset:
-            problem = f"has an offset below the segment base {self.base_offset}"
-        else:
+        problem = self._bounds_problem(mapping.offset, position)
+        if problem is None:
             headers = self.log.batch_headers(position)
             try:
                 first = next(headers, None)
@@ -486,13 +482,21 @@ class LogSegment:
         self.rebuild_indexes(f"entry ({mapping.offset} -> byte {position}) {problem}")
         return 0
 
-    def _entry_problem(self, offset: int, position: int) -> str | None:
-        """What is wrong with an offset-index entry, judged against the `.log`; None when it is usable."""
-        size = self.log.size
-        if not 0 <= position < size:
-            return f"points outside the {size}-byte log file {self.log.path.name}"
+    def _bounds_problem(self, offset: int, position: int) -> str | None:
+        """What is wrong with an offset-index entry without reading the `.log`: its position outside the file, or
+        its offset below the segment base; None when neither."""
+        if not 0 <= position < self.log.size:
+            return f"points outside the {self.log.size}-byte log file {self.log.path.name}"
         if offset < self.base_offset:
             return f"has an offset below the segment base {self.base_offset}"
+        return None
+
+    def _entry_problem(self, offset: int, position: int) -> str | None:
+        """What is wrong with an offset-index entry, judged against the `.log`; None when it is usable."""
+        problem = self._bounds_problem(offset, position)
+        if problem is not None:
+            return problem
+        size = self.log.size
         header = self.log.read(position, RECORD_BATCH_OVERHEAD)
         if len(header) < RECORD_BATCH_OVERHEAD:
             return f"points at byte {position} of {self.log.path.name}, too close to its end for a batch"
@@ -909,17 +913,14 @@ class LogSegment:
             self._offset_index.sanity_check()
             n = self._offset_index.entries
             last = self._offset_index.entry(n - 1) if n else None
+        claimed: int | None = None
         if last is not None:
             problem = self._entry_problem(last.offset, last.position)
             if problem is not None:
                 # rebuilt here, without truncating: the damage may be in the `.log` at that byte, which is
                 # recovery's business (it cuts there and drops later segments), not the index check's
                 self.rebuild_indexes(f"its last entry ({last.offset} -> byte {last.position}) {problem}")
-                claimed: int | None = last.offset
-            else:
-                claimed = None
-        else:
-            claimed = None
+                claimed = last.offset
         if self._time_index is not None:
             self._time_index.sanity_check()
         elif time_index_file_exists:
