@@ -158,3 +158,25 @@ def test_a_run_with_nothing_acknowledged_is_not_clean(three_replicas):
     root, _env, _logs = three_replicas
     with pytest.raises(AssertionError, match="only 0 sends acknowledged"):
         check([], _reads(), _replicas(root), {0: 7}).assert_clean()
+
+
+def test_a_copy_resent_under_a_newer_producer_epoch_is_told_apart_from_a_duplicate(tmp_path):
+    """librdkafka#4953: a client that bumps its epoch re-sends records under new sequences, which no broker can
+    recognise; the same value twice under one epoch is still a duplicate (the broker failed to deduplicate)."""
+    env = Env()
+    log = env.open(tmp_path / "b1" / "t-0")
+    for value, epoch, seq in [("p0-0", 0, 0), ("p0-1", 0, 1), ("p0-1", 1, 0), ("p0-2", 1, 1), ("p0-2", 1, 2)]:
+        log.append_as_leader(build_batch([SimpleRecord(None, value.encode(), 1000)], producer_id=7,
+                                         producer_epoch=epoch, base_sequence=seq), leader_epoch=0)
+    log.flush(include_active=True)
+    try:
+        sends = [Send("p0-0", 0, 0.0, "ok", 0, 0.1), Send("p0-1", 0, 0.0, "ok", 2, 0.1),
+                 Send("p0-2", 0, 0.0, "ok", 3, 0.1)]
+        reads = {0: [(0, b"p0-0"), (1, b"p0-1"), (2, b"p0-1"), (3, b"p0-2"), (4, b"p0-2")]}
+        rep = check(sends, reads, snapshot_replicas({1: tmp_path / "b1"}, "t", 1), {0: 5})
+        assert rep.resent_after_epoch_bump == ["p0-1 at [(0, 1), (0, 2)] by (producer id, epoch) [(7, 0), (7, 1)]"]
+        assert rep.duplicates == ["p0-2 at [(0, 3), (0, 4)] by (producer id, epoch) [(7, 1), (7, 1)]"]
+        # without the replicas nothing tells them apart: both are duplicates
+        assert len(check(sends, reads, None, {0: 5}).duplicates) == 2
+    finally:
+        log.close()

@@ -2,8 +2,9 @@
 versions for CI: three real `kafkalite serve` brokers on a real ZooKeeper, each reaching the others and ZooKeeper
 through test proxies (tests/support/proxy.py), idempotent acks=all confluent-kafka producers writing unique
 values, and the §7.5 checker (tests/support/checker.py) judging what a fresh consumer and each replica's data
-dir hold afterwards: no acknowledged record lost, none duplicated, no two values at one offset, nothing refused
-ever readable, replicas byte-identical below the high watermark.
+dir hold afterwards: no acknowledged record lost, none duplicated (copies a client re-sent under a bumped producer
+epoch are counted apart, see the checker), no two values at one offset, nothing refused ever readable, replicas
+byte-identical below the high watermark.
 
 Tests marked `replication` need followers, the ISR and acks=all waiting for them (issue 15); the rest check the
 harness itself. `make soak` runs the same scenarios long (KAFKALITE_SOAK_* below) and prints the figures.
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from kafkalite.protocol.api_keys import ApiKey
 from tests.support.checker import Report, check, latency_figures, snapshot_replicas
 from tests.support.cluster import SESSION_TIMEOUT_MS, Cluster
 from tests.support.workload import Send, Workload, probe_send, read_all
@@ -140,7 +142,8 @@ def _judge(cluster: Cluster, sends: list[Send], rf: int = 3, settle_s: float = 3
     rep.figures.update(latency_figures(sends), **figures)
     rep.figures["leader_epochs"] = [cluster.partition_state(TOPIC, p)["leader_epoch"] for p in range(PARTITIONS)]
     FIGURES.append({"scenario": figures.get("scenario", "?"), "sent": rep.sent, "acked": rep.acked,
-                    "unknown": rep.unknown, "failed": rep.failed, **rep.counts(), **rep.figures})
+                    "unknown": rep.unknown, "failed": rep.failed, **rep.counts(),
+                    "resent_after_epoch_bump": len(rep.resent_after_epoch_bump), **rep.figures})
     return rep
 
 
@@ -446,6 +449,57 @@ def test_r9_rapid_leader_churn(cluster):
         time.sleep(1)
     rep = _judge(cluster, wl.sends, scenario=f"R9 leader churn x{CHURNS}", election_s=elections)
     assert not wl.fatal_errors
+    rep.assert_clean()
+
+
+@pytest.mark.replication
+def test_r10_preferred_leader_election_onto_a_broker_that_just_died(cluster):
+    """A follower dies and, before its ZooKeeper session ends, is elected leader as the preferred replica (an
+    operator's ElectLeaders, or the auto-rebalance, races the crash: Kafka's controller also knows brokers only by
+    their registration). The partition has no live leader until the session expires; then the old leader leads
+    again at a newer epoch with everything it had. The appends it answered NOT_LEADER_OR_FOLLOWER for are still
+    in its log: librdkafka retries them, and sometimes re-sends them under a bumped epoch (counted apart by the
+    checker, confluentinc/librdkafka#4953). Nothing acknowledged may be lost, nothing duplicated within an epoch."""
+    _topic(cluster)
+    controller = cluster.controller_id()
+    p = next(p for p in range(PARTITIONS) if cluster.leader(TOPIC, p) != controller)
+    elect = {"election_type": 0, "topic_partitions": [{"topic": TOPIC, "partitions": [p]}], "timeout_ms": 100}
+    answers = []
+    with _workload(cluster) as wl:
+        time.sleep(2)
+        for _ in range(2):
+            preferred = cluster.leader(TOPIC, p)
+            # leadership away from the preferred replica, which comes back as a follower in the ISR
+            cluster.kill(preferred)
+            cluster.wait_for("another leader", lambda b=preferred: cluster.leader(TOPIC, p) not in (-1, b), 30)
+            if preferred in cluster.registered():
+                cluster.wait_deregistered(preferred)
+            cluster.restart(preferred)
+            cluster.wait_for(f"broker {preferred} in the ISR",
+                             lambda b=preferred: b in cluster.partition_state(TOPIC, p)["isr"], 30)
+            time.sleep(1)
+            # it dies, and is elected while still registered
+            cluster.kill(preferred)
+            res = cluster.request(cluster.controller_id(), ApiKey.ELECT_LEADERS, elect)
+            answers.append(res["replica_election_results"][0]["partition_result"][0]["error_code"])
+            if preferred in cluster.registered():
+                cluster.wait_deregistered(preferred)
+            cluster.wait_for("a live leader", lambda b=preferred: cluster.leader(TOPIC, p) not in (-1, b), 30)
+            cluster.restart(preferred)
+            cluster.wait_for(f"broker {preferred} in the ISR",
+                             lambda b=preferred: b in cluster.partition_state(TOPIC, p)["isr"], 30)
+            # the preferred replica leads again for the next round
+            elect_now = {**elect, "timeout_ms": 10000}
+            cluster.request(cluster.controller_id(), ApiKey.ELECT_LEADERS, elect_now)
+            cluster.wait_for(f"broker {preferred} leads", lambda b=preferred: cluster.leader(TOPIC, p) == b, 30)
+            time.sleep(1)
+        _heal(cluster)
+        time.sleep(1)
+    rep = _judge(cluster, wl.sends, scenario="R10 preferred election onto a dead broker", election_answers=answers)
+    assert not wl.fatal_errors
+    # the election either won the race (NONE, or REQUEST_TIMED_OUT waiting for the dead broker's metadata) or lost
+    # it (PREFERRED_LEADER_NOT_AVAILABLE): never anything else
+    assert set(answers) <= {0, 7, 80}, answers
     rep.assert_clean()
 
 
