@@ -311,6 +311,45 @@ def test_sigterm_moves_leadership_before_exit_and_the_cli_restores_preferred_lea
         cluster.stop()
 
 
+def test_a_preferred_replica_killed_a_moment_ago_is_not_elected_while_still_registered(tmp_path, zk_connect):
+    """Deviation from Kafka's ZooKeeper controller (docs/design.md): a broker killed a moment ago stays registered
+    until its session expires, and electing it then would leave the partition leaderless for that long. The
+    controller's connection to it has failed, so the preferred election is refused (PREFERRED_LEADER_NOT_AVAILABLE);
+    once the broker is back it is elected as usual."""
+    cluster = Cluster(tmp_path, zk_connect, **{"auto.leader.rebalance.enable": False}).start()
+    try:
+        cluster.create_topic("pref", 3, 3)
+        cluster.wait_isr("pref", 3, 3)
+        controller = cluster.controller_id()
+        p = next(p for p in range(3) if cluster.leader("pref", p) != controller)
+        preferred = cluster.leader("pref", p)
+        elect = {"election_type": 0, "topic_partitions": [{"topic": "pref", "partitions": [p]}], "timeout_ms": 10000}
+
+        def answer() -> tuple[int, int]:
+            res = cluster.request(cluster.controller_id(), ApiKey.ELECT_LEADERS, elect)
+            r = res["replica_election_results"][0]["partition_result"][0]
+            return r["error_code"], cluster.leader("pref", p)
+
+        # leadership moves away, and the preferred replica comes back in the ISR
+        cluster.kill(preferred)
+        cluster.wait_deregistered(preferred)
+        cluster.wait_for("another leader", lambda: cluster.leader("pref", p) not in (-1, preferred))
+        cluster.restart(preferred)
+        cluster.wait_isr("pref", 3, 3)
+        # killed: still registered and in the ISR, but gone
+        cluster.kill(preferred)
+        time.sleep(0.2)  # the kernel closed its sockets; the controller's event loop has read the end of file
+        assert answer()[0] == E.PREFERRED_LEADER_NOT_AVAILABLE
+        assert preferred in cluster.registered()  # the refusal came before its session ended: not vacuous
+        assert preferred in cluster.partition_state("pref", p)["isr"]
+        cluster.wait_deregistered(preferred)
+        cluster.restart(preferred)
+        cluster.wait_isr("pref", 3, 3)
+        assert answer() == (E.NONE, preferred)
+    finally:
+        cluster.stop()
+
+
 def test_rolling_restart_keeps_partitions_available_and_auto_rebalance_restores_preferred(tmp_path, zk_connect):
     cluster = Cluster(tmp_path, zk_connect, **{"leader.imbalance.check.interval.seconds": 1}).start()
     try:

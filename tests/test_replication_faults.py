@@ -454,12 +454,14 @@ def test_r9_rapid_leader_churn(cluster):
 
 @pytest.mark.replication
 def test_r10_preferred_leader_election_onto_a_broker_that_just_died(cluster):
-    """A follower dies and, before its ZooKeeper session ends, is elected leader as the preferred replica (an
-    operator's ElectLeaders, or the auto-rebalance, races the crash: Kafka's controller also knows brokers only by
-    their registration). The partition has no live leader until the session expires; then the old leader leads
-    again at a newer epoch with everything it had. The appends it answered NOT_LEADER_OR_FOLLOWER for are still
-    in its log: librdkafka retries them, and sometimes re-sends them under a bumped epoch (counted apart by the
-    checker, confluentinc/librdkafka#4953). Nothing acknowledged may be lost, nothing duplicated within an epoch."""
+    """A follower dies and, before its ZooKeeper session ends, an operator's ElectLeaders asks for it as the
+    preferred leader (the auto-rebalance can race a crash the same way). Kafka's ZooKeeper controller elects it and
+    the partition has no live leader until the session expires; kafkalite's refuses once its connection to the
+    broker has failed (PREFERRED_LEADER_NOT_AVAILABLE, docs/design.md), and elects it only if the request wins the
+    race with the end of file of the killed process's socket. When the dead broker was elected, the old leader
+    leads again at a newer epoch with everything it had, including appends it answered NOT_LEADER_OR_FOLLOWER for:
+    librdkafka retries them, and sometimes re-sends them under a bumped epoch (counted apart by the checker,
+    confluentinc/librdkafka#4953). Nothing acknowledged may be lost, nothing duplicated within an epoch."""
     _topic(cluster)
     controller = cluster.controller_id()
     p = next(p for p in range(PARTITIONS) if cluster.leader(TOPIC, p) != controller)

@@ -56,6 +56,20 @@ class BrokerChannel:
         self._correlation = itertools.count(1)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self._connected_once = False
+        self._failing = False  # the last connection attempt or exchange failed, and none succeeded since
+
+    @property
+    def reachable(self) -> bool:
+        """False once a broker the controller has talked to is known to be gone: a failed exchange or connection
+        attempt and no success since, or the broker closed the idle connection (a killed process: the kernel
+        closes its sockets). Before the first connection nothing says so: a broker registers once it listens."""
+        if not self._connected_once:
+            return True
+        if self._failing:
+            return False
+        reader, writer = self._reader, self._writer
+        return reader is None or writer is None or not (reader.at_eof() or writer.is_closing())
 
     async def _connect(self) -> None:
         backoff = RETRY_BACKOFF_S
@@ -63,8 +77,10 @@ class BrokerChannel:
             try:
                 async with asyncio.timeout(REQUEST_TIMEOUT_S):  # (3.11's wait_for can swallow a cancellation)
                     self._reader, self._writer = await open_connection(self.host, self.port, self.security)
+                self._connected_once, self._failing = True, False
                 return
             except (OSError, TimeoutError) as exc:
+                self._failing = True
                 log.debug("Controller cannot reach broker %d at %s:%d (%s); retrying", self.broker_id, self.host,
                           self.port, exc)
                 await asyncio.sleep(backoff)
@@ -100,6 +116,7 @@ class BrokerChannel:
                     backoff = RETRY_BACKOFF_S
                     break
                 except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError) as exc:
+                    self._failing = True
                     log.info("Resending %s to broker %d after %s", item.api_key.name, self.broker_id,
                              type(exc).__name__)
                     self._disconnect()
@@ -151,6 +168,12 @@ class ControllerChannels:
         ch = self.channels.pop(broker_id, None)
         if ch is not None:
             await ch.close()
+
+    def reachable(self, broker_id: int) -> bool:
+        """Whether the controller has no sign that `broker_id` is gone (BrokerChannel.reachable); a broker
+        without a channel has none."""
+        ch = self.channels.get(broker_id)
+        return ch is None or ch.reachable
 
     def send(self, broker_id: int, api_key: ApiKey, version: int, body: dict[str, Any],
              on_response: ResponseCallback | None = None) -> None:

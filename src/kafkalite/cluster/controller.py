@@ -682,11 +682,21 @@ class Controller:
         return not self._electable(state.leader)
 
     def _preferred(self, state: PartitionState, replicas: list[int]) -> tuple[int, tuple[int, ...]] | None:
-        """Kafka's preferredReplicaPartitionLeaderElection: the first assigned replica, if live and in the ISR."""
+        """Kafka's preferredReplicaPartitionLeaderElection: the first assigned replica, if live and in the ISR;
+        and, unlike Kafka, only if the controller's connection to it shows no sign of its death. A preferred
+        election is optional (the current leader is live), and a broker killed a moment ago is still registered
+        until its ZooKeeper session expires: elected then, it would leave the partition without a leader for
+        that long. Kafka's ZooKeeper controller has that window; its KRaft controller avoids it with fencing."""
         if not replicas or state.leader == replicas[0]:
             return None
         first = replicas[0]
-        return (first, state.isr) if self._electable(first) and first in state.isr else None
+        if not (self._electable(first) and first in state.isr):
+            return None
+        if not self.channels.reachable(first):
+            log.debug("Broker %d is not elected preferred leader: the controller's connection to it failed, so it "
+                      "is probably gone (its registration ends with its ZooKeeper session)", first)
+            return None
+        return first, state.isr
 
     def _unclean(self, state: PartitionState, replicas: list[int]) -> tuple[int, tuple[int, ...]] | None:
         """An ElectLeaders UNCLEAN election, only for a partition without a live leader: the offline strategy
@@ -737,6 +747,10 @@ class Controller:
             elsewhere = [tp for tp in tps if self.states[tp].leader != b]
             ratio = len(elsewhere) / len(tps)
             if ratio <= self.settings.imbalance_percentage / 100 or not self._electable(b):
+                continue
+            if not self.channels.reachable(b):
+                log.info("Leader imbalance of broker %d is %.0f%%, but the controller's connection to it failed: no "
+                         "preferred leader election for it until it answers again", b, ratio * 100)
                 continue
             log.info("Leader imbalance of broker %d is %.0f%%: preferred leader election for %d partitions", b,
                      ratio * 100, len(elsewhere))

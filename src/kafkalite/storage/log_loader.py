@@ -237,8 +237,9 @@ class LogLoader:
                 if not recovered_later:
                     self._recover_segment(segment)
             except CorruptIndexError as exc:
-                log.error("%s: found a corrupted index file of segment %d (%s); rebuilding it",
-                          self.dir.name, base, exc)
+                # WARN as in Kafka: after a crash the active segment's preallocated index always looks like this
+                log.warning("%s: found a corrupted index file of segment %d (%s); rebuilding it",
+                            self.dir.name, base, exc)
                 if not recovered_later:
                     self._recover_segment(segment)
             self.segments[base] = segment
