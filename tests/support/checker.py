@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import statistics
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -308,14 +309,18 @@ def latency_figures(sends: list[Send]) -> dict[str, float]:
         out["p50_ms"] = round(1000 * statistics.median(lat), 1)
         out["p99_ms"] = round(1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))], 1)
         out["max_ms"] = round(1000 * lat[-1], 1)
-    gaps = []
+    gaps = []  # (gap, partition, start)
     by_p: dict[int, list[float]] = defaultdict(list)
     for s in sends:
         if s.outcome == "ok" and s.acked_at is not None:
             by_p[s.partition].append(s.acked_at)
-    for times in by_p.values():
+    for p, times in by_p.items():
         times.sort()
-        gaps.extend(b - a for a, b in itertools.pairwise(times))
+        gaps.extend((b - a, p, a) for a, b in itertools.pairwise(times))
     if gaps:
-        out["max_ack_gap_s"] = round(max(gaps), 2)
+        gap, p, start = max(gaps)
+        out["max_ack_gap_s"] = round(gap, 2)
+        # where: the partition and the gap's start, in seconds after the first send (to find it in the logs)
+        wall = time.strftime("%H:%M:%S", time.localtime(time.time() - (time.monotonic() - start)))
+        out["max_ack_gap_at"] = f"p{p} +{start - min(s.sent_at for s in sends):.1f}s ({wall})"
     return out
