@@ -178,5 +178,9 @@ def test_a_copy_resent_under_a_newer_producer_epoch_is_told_apart_from_a_duplica
         assert rep.duplicates == ["p0-2 at [(0, 3), (0, 4)] by (producer id, epoch) [(7, 1), (7, 1)]"]
         # without the replicas nothing tells them apart: both are duplicates
         assert len(check(sends, reads, None, {0: 5}).duplicates) == 2
+        # acknowledged at the first copy: the client knew it was written and sent it again, whatever the epochs
+        sends[1].offset = 1
+        rep = check(sends, reads, snapshot_replicas({1: tmp_path / "b1"}, "t", 1), {0: 5})
+        assert not rep.resent_after_epoch_bump and len(rep.duplicates) == 2
     finally:
         log.close()

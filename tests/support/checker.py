@@ -14,7 +14,8 @@ takes no lock, so it works beside a running broker). Counts:
   is librdkafka's doing, against Kafka's brokers too (confluentinc/librdkafka#4953: after a leader change it may
   send a later sequence before retrying the earlier ones, get OUT_OF_ORDER_SEQUENCE_NUMBER, bump the epoch and
   re-send, under the new epoch, batches the old leader had appended and answered NOT_LEADER_OR_FOLLOWER for).
-  The replicas tell the two apart, so without them every duplicate counts;
+  Only a copy the client acknowledged at the last offset counts so (it was never told of the earlier ones), and
+  only with the replicas to tell the epochs apart; every other duplicate counts;
 - aborted reads: a value whose send was definitively refused, found in a read or a replica;
 - unexpected: a value read that no producer sent;
 - replica divergence: below the high watermark every replica holds the same batches, byte for byte (base and
@@ -200,7 +201,10 @@ def check(sends: list[Send], reads: dict[int, list[tuple[int, bytes]]],
     for value, places in read_at.items():
         if len(places) > 1:
             copies = [writers.get(place) for place in sorted(places)]
-            if _resent_under_new_epochs(copies):
+            send = by_id.get(value)
+            # the client's delivery report names the last copy: it did not know of the earlier ones
+            acked_last = send is not None and send.outcome == "ok" and (send.partition, send.offset) == max(places)
+            if acked_last and _resent_under_new_epochs(copies):
                 rep.resent_after_epoch_bump.append(f"{value} at {sorted(places)} by (producer id, epoch) {copies}")
             else:
                 rep.duplicates.append(f"{value} at {sorted(places)} by (producer id, epoch) {copies}")
