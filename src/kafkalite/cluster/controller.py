@@ -667,6 +667,10 @@ class Controller:
                 out[tp] = (ErrorCode.NONE, None, self.states[tp].leader)
             else:
                 why = f"Failed to elect leader for partition {tp[0]}-{tp[1]} under strategy {strategy}Strategy"
+                preferred = self._replicas(tp)[0] if election_type == PREFERRED and self._replicas(tp) else None
+                if preferred is not None and self._electable(preferred) and not self.channels.reachable(preferred):
+                    why += (f": the controller's connection to broker {preferred} failed, so it is probably gone "
+                            "(it stays registered until its ZooKeeper session expires); try again once it is back")
                 out[tp] = (code, why, NO_LEADER)
         if elected:
             log.info("%s leader election for %s", "Preferred" if election_type == PREFERRED else "Unclean",
