@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -11,27 +13,54 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+FREE_PORT_LOW = 27000  # free_port() picks from here up to the ephemeral range; consecutive_free_ports below it
+
+
+def _ephemeral_low() -> int:
+    """The first port the kernel hands to outgoing connections (Linux: ip_local_port_range, 32768 by default)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(p: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", p))
+            return True
+        except OSError:
+            return False
+
+
+_RECENT: collections.deque[int] = collections.deque(maxlen=512)  # handed out lately: maybe not bound yet
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, for a process that binds it later. It is chosen below the ephemeral range (and
+    not among the last ones handed out): a port the kernel picked for a bind to port 0 may be taken in the meantime
+    as the local port of any outgoing connection (a client's, a proxy's), and the broker then fails to start with
+    "address already in use" (seen once in CI). Falls back to the kernel's pick if that range is too small."""
+    low = _ephemeral_low()
+    if low - FREE_PORT_LOW < 2 * _RECENT.maxlen:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    while True:
+        p = random.randrange(FREE_PORT_LOW, low)
+        if p not in _RECENT and _bindable(p):
+            _RECENT.append(p)
+            return p
 
 
 def consecutive_free_ports(n: int, avoid: range | tuple[int, ...] = ()) -> int:
     """The first of `n` free consecutive ports below the ephemeral range (so outgoing connections do not take
-    them meanwhile), as `kafkalite cluster --port` wants; none of them in `avoid`."""
-    import random
-
-    def free(p: int) -> bool:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-                return True
-            except OSError:
-                return False
-    return next(p for p in iter(lambda: random.randrange(20000, 30000), None)
-                if all(p + i not in avoid and free(p + i) for i in range(n)))
+    them meanwhile), as `kafkalite cluster --port` wants; none of them in `avoid`, and apart from `free_port`'s."""
+    while True:
+        p = random.randrange(20000, FREE_PORT_LOW - n)
+        if all(p + i not in avoid and p + i not in _RECENT and _bindable(p + i) for i in range(n)):
+            _RECENT.extend(range(p, p + n))
+            return p
 
 
 SLOW_STOP_S = 8.0  # a clean stop slower than this gets a SIGQUIT (kafkalite serve logs its asyncio tasks)
