@@ -667,7 +667,7 @@ class Controller:
                 out[tp] = (ErrorCode.NONE, None, self.states[tp].leader)
             else:
                 why = f"Failed to elect leader for partition {tp[0]}-{tp[1]} under strategy {strategy}Strategy"
-                preferred = self._replicas(tp)[0] if election_type == PREFERRED and self._replicas(tp) else None
+                preferred = next(iter(self._replicas(tp)), None) if election_type == PREFERRED else None
                 if preferred is not None and self._electable(preferred) and not self.channels.reachable(preferred):
                     why += (f": the controller's connection to broker {preferred} failed, so it is probably gone "
                             "(it stays registered until its ZooKeeper session expires); try again once it is back")
