@@ -37,6 +37,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
+from kafkalite.broker.low_water import ReceiveLowWater
 from kafkalite.protocol.connection import FrameDecoder, InvalidReceiveError
 from kafkalite.protocol.primitives import FileRegion
 
@@ -69,13 +70,16 @@ class Channel(asyncio.BufferedProtocol):
         self._closed_waiter: asyncio.Future[None] | None = None
         self._sending: asyncio.Future[None] | None = None  # send_parts waits for the socket to take more
         self._sending_fd = -1
+        self._low_water = ReceiveLowWater()  # no wake-up per arrival while a big frame comes in
         self._raw: socket.socket | None = None  # send_parts' view of the transport's socket (detached, never closed)
 
     # --- protocol callbacks ----------------------------------------------------------------------
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        if self._tls:
+        if not self._tls:
+            self._low_water.attach(transport)
+        else:
             # Nothing may be read before the TLS protocol takes the transport (the ClientHello is its).
             transport.pause_reading()
             self._paused_reading = True
@@ -103,7 +107,9 @@ class Channel(asyncio.BufferedProtocol):
             assert self.decoder is not None
             frame = self.decoder.received(nbytes)
             if frame is None:
+                self._low_water.frame_wants(self.decoder.want())
                 return  # the frame is still in progress; the coroutine waits
+            self._low_water.frame_wants(0)
             self._ready.append(frame)
         else:
             self._end += nbytes
@@ -346,6 +352,7 @@ class Channel(asyncio.BufferedProtocol):
             self._closed = True
             raise
         self._paused_reading = False  # the TLS transport reads from the start
+        self._low_water.attach(self.transport)
         if self._start < self._end or self._ready:
             self._wake()  # application bytes came with the handshake: mute until they are taken
 

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafkalite.broker.low_water import ReceiveLowWater
 from kafkalite.broker.partition import FollowerRuns, Partition, follower_runs
 from kafkalite.errors import CorruptRecordError, KafkaliteError
 from kafkalite.protocol import ApiKey, ErrorCode
@@ -198,6 +199,8 @@ class _ResponseStream(asyncio.BufferedProtocol):
         self._writable: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._low_water = ReceiveLowWater()  # no wake-up per arrival while a 10 MiB answer comes in
+        self._low_water.attach(transport)
 
     @classmethod
     def take_over(cls, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -258,6 +261,7 @@ class _ResponseStream(asyncio.BufferedProtocol):
             self._fail(exc)
             self.transport.abort()
             return
+        self._low_water.frame_wants(0 if got is not None else self.conn.frames.want())
         if got is not None:
             answer = self._answers.popleft() if self._answers else None
             if answer is None or answer.done():
