@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
 import struct
+import threading
 import time
 import uuid
 
@@ -20,7 +22,7 @@ from kafkalite.broker.channel import STAGE_BYTES, Channel
 from kafkalite.client import KafkaClient
 from kafkalite.protocol import ApiKey, FileRegion, encode_request
 from kafkalite.protocol.connection import FrameDecoder, InvalidReceiveError
-from kafkalite.records import SimpleRecord, build_batch
+from kafkalite.records import SimpleRecord, build_batch, iter_batches
 from kafkalite.security.transport import ClientSecurity, open_connection
 from kafkalite.storage.log import Log
 from kafkalite.storage.log_config import LogConfig
@@ -301,6 +303,44 @@ def test_broker_takes_a_1_mib_produce_in_small_segments_and_pipelined_requests_i
                 {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]}))
             corr, body = read_response(sock, ApiKey.LIST_OFFSETS, 1)
         assert corr == 4 and body["topics"][0]["partitions"][0]["offset"] == 6
+
+
+def test_requests_received_into_reused_buffers_are_written_exactly_as_sent(broker):
+    """Three connections pipelining produce requests of 130 KiB to 1000 KiB at once: the broker receives request
+    frames into a few buffers it reuses (`FrameBuffers`), so a buffer handed out again while a view of its last
+    request is alive would overwrite a batch before (or while) it is written. Every batch in the segment files is
+    the one sent, byte for byte after the fields the leader assigns (base offset, leader epoch)."""
+    rng = random.Random(11)
+    topics = [f"pool-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    sent: dict[str, list[bytes]] = {  # one batch a request (Produce v3+), under max.message.bytes
+        t: [build_batch([SimpleRecord(None, os.urandom(rng.randint(130 * 1024, 1000 * 1024)))]) for _ in range(12)]
+        for t in topics}
+    with KafkaClient(f"127.0.0.1:{broker.port}") as client:
+        for t in topics:
+            client.create_topic(t, 1, 1)
+    errors: list[BaseException] = []
+
+    def produce(topic: str) -> None:
+        try:
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=20) as sock:
+                sock.sendall(b"".join(_produce_request(topic, b, i) for i, b in enumerate(sent[topic])))
+                for i in range(len(sent[topic])):
+                    corr, body = read_response(sock, ApiKey.PRODUCE, 8)
+                    part = body["responses"][0]["partition_responses"][0]
+                    assert (corr, part["error_code"], part["base_offset"]) == (i, 0, i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(t,)) for t in topics]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors, errors
+    for t in topics:
+        on_disk = (broker.data_dir / f"{t}-0" / "00000000000000000000.log").read_bytes()
+        batches = [bytes(b.buffer) for b in iter_batches(on_disk)]
+        assert [b[16:] for b in batches] == [b[16:] for b in sent[t]]
 
 
 def test_a_request_over_socket_request_max_bytes_closes_only_that_connection(broker):

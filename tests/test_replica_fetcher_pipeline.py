@@ -19,7 +19,6 @@ import pytest
 from kafkalite.broker.partition import Partition, follower_runs
 from kafkalite.broker.replica_fetcher import (
     FetcherSettings,
-    FrameBuffers,
     ReplicaFetcher,
     ReplicaFetcherManager,
     _ResponseStream,
@@ -144,24 +143,6 @@ def _run(tmp_path, batches: int, test: Callable[[Leader, Follower, int], Any], l
             leader.log.close()
 
     asyncio.run(main())
-
-
-def test_frame_buffers_are_reused_only_once_no_view_of_them_is_alive():
-    bufs = FrameBuffers(keep=2, min_size=100)
-    a = bufs(1000)
-    a[:5] = b"first"
-    kept = a[:5]  # a view of the frame outliving it (as a record batch kept by someone would)
-    del a
-    b = bufs(1000)
-    assert bufs.allocated == 2 and bufs.reused == 0  # the first buffer is still viewed: not handed out
-    del b
-    c = bufs(900)
-    assert bufs.reused == 1 and bytes(kept) == b"first"  # the free one came back; the viewed one untouched
-    del c, kept
-    held = (bufs(1000), bufs(1000))  # both free again: no new allocation, two buffers in use at once
-    assert len(held) == 2
-    assert bufs.allocated == 2 and bufs.reused == 3
-    assert isinstance(bufs(10), bytearray) and bufs.allocated == 2  # small frames are not pooled
 
 
 def test_follower_runs_walks_batch_headers_to_the_last_whole_batch(tmp_path):

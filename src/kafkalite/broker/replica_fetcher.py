@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafkalite.broker.frame_buffers import FrameBuffers
 from kafkalite.broker.low_water import ReceiveLowWater
 from kafkalite.broker.partition import FollowerRuns, Partition, follower_runs
 from kafkalite.errors import CorruptRecordError, KafkaliteError
@@ -131,54 +132,6 @@ class PartitionFetchState:
 
 class _Disconnected(Exception):
     pass
-
-
-class FrameBuffers:
-    """The buffers large response frames are received into, reused from round to round: a new 10 MiB
-    bytearray per fetch round cost the follower its zeroing (bytearray(n) writes n zeros), the page faults
-    of fresh memory and its unmapping when freed. A buffer is handed out again only when no view of the
-    frame it last held is alive (`_unexported`), whatever path kept one; the follower's append keeps none
-    (the segment file is written from the view, producer state and the epoch cache keep numbers), so two
-    buffers serve a fetcher with two requests in flight."""
-
-    def __init__(self, keep: int = 2, min_size: int = 1 << 20) -> None:
-        self.keep = keep
-        self.min_size = min_size  # smaller frames come from malloc's arenas: nothing to save
-        self._buffers: list[bytearray] = []
-        self.reused = 0
-        self.allocated = 0
-
-    def __call__(self, size: int) -> bytearray | memoryview:
-        if size < self.min_size:
-            return bytearray(size)
-        spare = None
-        for i, buf in enumerate(self._buffers):
-            if _unexported(buf):
-                if len(buf) >= size:
-                    self.reused += 1
-                    return memoryview(buf)[:size]
-                spare = i
-        self.allocated += 1
-        buf = bytearray(size + (size >> 4))  # room for the next answer being a little larger
-        if spare is not None:
-            self._buffers[spare] = buf
-        elif len(self._buffers) < self.keep:
-            self._buffers.append(buf)
-        else:
-            return buf
-        return memoryview(buf)[:size]
-
-
-def _unexported(buf: bytearray) -> bool:
-    """True when no view of `buf` is alive. A bytearray refuses to change its size while any buffer export
-    exists (every memoryview of it, and every slice of those, holds one), so shrinking it by a byte tells;
-    growing it back stays within its allocation, so neither step moves or copies the contents."""
-    try:
-        del buf[-1:]
-    except BufferError:
-        return False
-    buf.append(0)
-    return True
 
 
 class _ResponseStream(asyncio.BufferedProtocol):

@@ -35,6 +35,7 @@ from kafkalite.broker.apis import CloseConnection, KafkaApis
 from kafkalite.broker.channel import Channel
 from kafkalite.broker.cluster_node import ClusterNode
 from kafkalite.broker.config import BrokerConfig
+from kafkalite.broker.frame_buffers import FrameBuffers
 from kafkalite.broker.metadata import MetadataStore, halt_on_metadata_dir_failure
 from kafkalite.broker.replica_manager import ReplicaManager
 from kafkalite.broker.topic_admin import TopicAdmin
@@ -94,6 +95,8 @@ class Broker:
         self._background: list[asyncio.Task[None]] = []
         self._started = False
         self.max_request_bytes = config.get("socket.request.max.bytes")
+        # request frames of 128 KiB to 8 MiB are received into a few buffers shared by all connections (one loop)
+        self._request_buffers = FrameBuffers(keep=4, min_size=128 * 1024, max_size=8 << 20)
         self.idle_timeout_s = config.get("connections.max.idle.ms") / 1000
         self.sasl_max_receive = config.get("sasl.server.max.receive.size")
         self._plain_users = _plain_users(config)
@@ -303,7 +306,7 @@ class Broker:
         task = asyncio.current_task()
         sasl = self._authenticator(session)
         limit = self.max_request_bytes if sasl is None else self.sasl_max_receive
-        conn = ServerConnection(limit, self.apis.handles)
+        conn = ServerConnection(limit, self.apis.handles, self._request_buffers)
         writer.decoder = conn.frames
         writer.read_ahead = sasl is None
         while True:

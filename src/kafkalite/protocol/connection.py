@@ -255,8 +255,9 @@ class ServerConnection:
     """The broker side: bytes to request frames (bounded by socket.request.max.bytes), a frame to a
     Request, a Reply, or RefusedRequest; responses to the parts to send."""
 
-    def __init__(self, max_request_bytes: int, handles: Callable[[int], bool] | None = None) -> None:
-        self.frames = FrameDecoder(max_request_bytes)
+    def __init__(self, max_request_bytes: int, handles: Callable[[int], bool] | None = None,
+                 allocate: Callable[[int], bytearray | memoryview] | None = None) -> None:
+        self.frames = FrameDecoder(max_request_bytes, allocate)
         self._handles = handles or (lambda key: key in SUPPORTED_VERSIONS)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
