@@ -8,6 +8,9 @@ read. Here the kernel writes a frame in progress into the decoder's buffer of ex
 produce batch can be patched in place). Size prefixes and small frames are read into a staging buffer (one
 `recv` can bring several pipelined requests) and copied out one frame at a time.
 
+While a frame comes in, the socket's receive low-water mark is its rest (`low_water.ReceiveLowWater`): the event
+loop wakes once per up to 256 KiB of it, not for every arrival (over TLS, for every few ~2 KB records).
+
 Kafka mutes a channel while its request is handled. Here, while the connection is busy (the serving coroutine
 is not waiting for a frame), the channel reads ahead at most the next request (into its own buffer, as above,
 so a pipelining producer keeps streaming) and then pauses reading: further pipelined requests queue in the
