@@ -4,9 +4,9 @@ buffers a `FrameDecoder` hands out, and writes responses with flow control.
 Why not asyncio streams: `StreamReader.readexactly` copies each frame out of its buffer (then shifts the
 buffer) after `sock.recv` made a new bytes of it: two copies of every produced byte, plus a coroutine per
 read. Here the kernel writes a frame in progress into the decoder's buffer of exactly the frame's size
-(`recv_into`), and the frame is handed to the handlers as a view of that buffer, which it owns (writable: a
-produce batch can be patched in place). Size prefixes and small frames are read into a staging buffer (one
-`recv` can bring several pipelined requests) and copied out one frame at a time.
+(`recv_into`), and the frame is handed to the handlers as a view of that buffer, which nothing else writes
+while the view lives (writable: a produce batch can be patched in place). Size prefixes and small frames are
+read into a staging buffer (one `recv` can bring several pipelined requests) and copied out one frame at a time.
 
 While a frame comes in, the socket's receive low-water mark is its rest (`low_water.ReceiveLowWater`): the event
 loop wakes once per up to 256 KiB of it, not for every arrival (over TLS, for every few ~2 KB records).

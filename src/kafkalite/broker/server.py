@@ -299,9 +299,10 @@ class Broker:
                 writer.transport.abort()
 
     async def _serve(self, writer: Channel, session: Session) -> None:
-        """Requests one at a time: the channel reads the next frame into the connection's decoder (the frame
-        owns its buffer: no copy), answer, repeat; the channel is muted while a request is handled. On a SASL_*
-        listener frames are bounded by sasl.server.max.receive.size until the client has authenticated."""
+        """Requests one at a time: the channel reads the next frame into the connection's decoder (into a buffer
+        of its own, or one of the shared `_request_buffers` no view of an earlier request still holds: no copy),
+        answer, repeat; the channel is muted while a request is handled. On a SASL_* listener frames are bounded
+        by sasl.server.max.receive.size until the client has authenticated."""
         assert self.apis is not None
         task = asyncio.current_task()
         sasl = self._authenticator(session)
