@@ -524,6 +524,23 @@ def test_cluster_replicates_over_an_ssl_inter_broker_listener(pki, tmp_path, zk_
         # every follower has the records: the leader's high watermark moved only once all three had them
         for b in cluster.brokers.values():
             assert "TLS handshake with" not in b.output(), b.output()
+        # a follower 24 MiB behind catches up over TLS: the fetcher reads its answers (10 MiB rounds) with the
+        # socket's receive low-water mark set; a mark above what is still coming would stall it out of the ISR
+        cluster.kill(3)
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1", "linger.ms": 5})
+        chunk = os.urandom(1 << 20)
+        for i in range(24 * 1024):
+            p.produce(topic, chunk[i % 1000:i % 1000 + 1024], partition=i % 2)
+            if i % 2000 == 0:
+                p.poll(0)
+        assert p.flush(60) == 0
+        cluster.restart(3)
+        cluster.wait_isr(topic, 2, 3, timeout_s=90)
+        for partition in range(2):
+            leader = cluster.leader(topic, partition)
+            logs = {bid: b"".join(f.read_bytes() for f in sorted(
+                (cluster.brokers[bid].data_dir / f"{topic}-{partition}").glob("*.log"))) for bid in (leader, 3)}
+            assert len(logs[3]) > 12 << 20 and logs[3] == logs[leader]
     finally:
         cluster.stop()
 
