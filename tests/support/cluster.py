@@ -188,9 +188,14 @@ class Cluster:
         return self._zk
 
     def zk_json(self, path: str) -> Any:
-        if not self.zk().exists(path):
+        """The JSON document at `path`, None when there is none (also when it goes between the two reads: an
+        ephemeral node such as /controller vanishes when its owner's session expires)."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            return json.loads(self.zk().get(path)[0])
+        except NoNodeError:
             return None
-        return json.loads(self.zk().get(path)[0])
 
     def registered(self) -> set[int]:
         """Broker ids with a live /brokers/ids registration (an ephemeral node: gone when the session is)."""
