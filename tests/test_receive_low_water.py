@@ -25,6 +25,7 @@ import pytest
 from kafkalite.broker.channel import Channel
 from kafkalite.broker.low_water import LOW_WATER_MAX, LOW_WATER_MIN, TLS_RECORD_MAX
 from kafkalite.protocol.connection import FrameDecoder
+from tests.test_broker_wire import recv_exact
 
 MiB = 1 << 20
 
@@ -87,7 +88,7 @@ def _exchange(payloads: list[bytes], write: Callable[[socket.socket, bytes], Non
                     for p in payloads:
                         write(s, _frame(p))
                     for _ in payloads:  # nothing more is sent: the server must finish from what it has
-                        assert _recv_exact(s, 6) == _frame(b"ok")
+                        assert recv_exact(s, 6) == _frame(b"ok")
             except BaseException as exc:
                 errors.append(exc)
 
@@ -102,15 +103,6 @@ def _exchange(payloads: list[bytes], write: Callable[[socket.socket, bytes], Non
         return got, ch
 
     return asyncio.run(main())
-
-
-def _recv_exact(s: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        assert chunk, "the server closed the connection"
-        out += chunk
-    return out
 
 
 def _whole(s: socket.socket, data: bytes) -> None:
