@@ -30,6 +30,7 @@ from kafkalite.records.batch import (
     RECORD_BATCH_OVERHEAD,
     RecordBatch,
 )
+from kafkalite.storage import block_allocation
 from kafkalite.storage.names import as_path
 
 MAX_FILE_SIZE = (1 << 31) - 1  # FileRecords refuses larger files: positions are int32 in the index
@@ -139,6 +140,7 @@ class FileRecords:
             raise LogError(f"{self._path} is {length} bytes, larger than the maximum {MAX_FILE_SIZE}")
         self._size = length
         self.mutable = mutable
+        self._allocate_blocks = mutable and block_allocation.supported()
 
     # --- basic properties -------------------------------------------------------------------------
 
@@ -166,6 +168,8 @@ class FileRecords:
         size = self._size
         if size + n > MAX_FILE_SIZE:
             raise LogError(f"appending {n} bytes to {self._path} would pass the {MAX_FILE_SIZE}-byte file limit")
+        if n >= block_allocation.MIN_BYTES and self._allocate_blocks:
+            self._allocate_blocks = block_allocation.allocate(self._fd, size, n)
         written = os.pwrite(self._fd, data, size)
         if written != n:  # a short write (signal, full disk): finish it or raise
             view = memoryview(data)
