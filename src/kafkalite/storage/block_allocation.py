@@ -9,8 +9,8 @@ cache: measured on this machine's ext4, 1 MiB appends cost 0.23 -> 0.17 CPU-s pe
 
 Nothing on disk differs: FALLOC_FL_KEEP_SIZE never changes the file's size, and only the range about to
 be written is allocated, so no block is reserved past the data (a crash between the two calls leaves at
-most that one range allocated past the end, released by the next truncation). Where the call is missing
-or the file system does not support it, `allocate` says so once and the file writes as before.
+most that one range allocated past the end, until the segment is truncated or deleted). Where the call is
+missing or the file system does not support it, `allocate` returns False and that file writes as before.
 """
 
 from __future__ import annotations
