@@ -527,6 +527,9 @@ def test_cluster_replicates_over_an_ssl_inter_broker_listener(pki, tmp_path, zk_
         # a follower 24 MiB behind catches up over TLS: the fetcher reads its answers (10 MiB rounds) with the
         # socket's receive low-water mark set; a mark above what is still coming would stall it out of the ISR
         cluster.kill(3)
+        # out of the ISR first (its session expires): otherwise a quick produce and restart find 3 still listed,
+        # and the wait below would pass before it fetched anything
+        cluster.wait_isr(topic, 2, 2, timeout_s=30)
         p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1", "linger.ms": 5})
         chunk = os.urandom(1 << 20)
         for i in range(24 * 1024):
@@ -536,11 +539,17 @@ def test_cluster_replicates_over_an_ssl_inter_broker_listener(pki, tmp_path, zk_
         assert p.flush(60) == 0
         cluster.restart(3)
         cluster.wait_isr(topic, 2, 3, timeout_s=90)
+
+        def replica_logs(partition: int) -> dict[int, bytes]:
+            return {bid: b"".join(f.read_bytes() for f in sorted(
+                (b.data_dir / f"{topic}-{partition}").glob("*.log"))) for bid, b in cluster.brokers.items()}
+
         for partition in range(2):
-            leader = cluster.leader(topic, partition)
-            logs = {bid: b"".join(f.read_bytes() for f in sorted(
-                (cluster.brokers[bid].data_dir / f"{topic}-{partition}").glob("*.log"))) for bid in (leader, 3)}
-            assert len(logs[3]) > 12 << 20 and logs[3] == logs[leader]
+            # back in the ISR means at the HW; the last bytes past it may still be on their way
+            logs = cluster.wait_for(f"p{partition}: the three replicas are byte for byte the same",
+                                    lambda p=partition: (lg := replica_logs(p)) and len(set(lg.values())) == 1 and lg,
+                                    timeout_s=30, every_s=0.5)
+            assert len(logs[3]) > 12 << 20
     finally:
         cluster.stop()
 
