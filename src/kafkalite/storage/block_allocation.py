@@ -32,8 +32,13 @@ def _load_fallocate() -> Callable[[int, int, int, int], int] | None:
         return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols, libc's among them
-        fn = libc.fallocate
+        # fallocate64 takes a 64-bit off_t everywhere; plain fallocate only where off_t is 64-bit already
+        fn = getattr(libc, "fallocate64", None)
+        if fn is None and ctypes.sizeof(ctypes.c_long) == 8:
+            fn = libc.fallocate
     except (OSError, AttributeError):
+        return None
+    if fn is None:
         return None
     fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
     fn.restype = ctypes.c_int
