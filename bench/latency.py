@@ -125,7 +125,7 @@ class _FloorServer:
 
 
 def bench_asyncio_floor(results: dict) -> None:
-    lat, loopback = _against_loopback({"asyncio streams": _FloorServer("streams"),
+    lat, loopback, _ = _against_loopback({"asyncio streams": _FloorServer("streams"),
                                        "asyncio BufferedProtocol": _FloorServer("protocol")})
     rtt = statistics.median(loopback)
     for name, xs in lat.items():
