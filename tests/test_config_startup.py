@@ -3,6 +3,7 @@ settings refused with one line naming key and rule, and start-up failures that s
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -160,8 +161,23 @@ def test_serve_help_shows_listeners_data_dir_config_and_overrides():
                        text=True, timeout=30)
     assert r.returncode == 0
     for text in ("--config", "--override", "listeners=PLAINTEXT://0.0.0.0:9092", "log.dirs=/", "examples:",
-                 "server.properties"):
+                 "server.properties", "SASL_SSL"):
         assert text in r.stdout, r.stdout
+
+
+def test_every_override_in_the_serve_help_is_a_setting_the_broker_takes():
+    """The help's examples must stay true: each example's --override settings pass the broker's validation
+    (the help once said TLS and SASL settings were refused, long after they worked)."""
+    from kafkalite.broker.config import BrokerConfig
+
+    r = subprocess.run([sys.executable, "-m", "kafkalite.cli.main", "serve", "--help"], capture_output=True,
+                       text=True, timeout=30)
+    examples = r.stdout.split("examples:", 1)[1].split("\n\n", 1)[0].replace("\\\n", " ")
+    commands = [line for line in examples.splitlines() if line.strip().startswith("kafkalite serve")]
+    assert len(commands) >= 5, examples
+    for command in commands:
+        props = dict(kv.split("=", 1) for kv in re.findall(r"--override (\S+)", command))
+        BrokerConfig.load(None, props)  # raises InvalidConfigError naming the key otherwise
 
 
 def test_stock_kafka_server_properties_starts_with_warnings(tmp_path):

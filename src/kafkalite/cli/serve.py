@@ -26,12 +26,19 @@ examples:
       tell clients another address than the one bound
   kafkalite serve --config config/server.properties --override log.retention.hours=24
       Kafka's server.properties, with one setting changed
+  kafkalite serve --override listeners=SSL://127.0.0.1:9093 --override ssl.keystore.type=PEM \
+      --override ssl.keystore.location=broker-keystore.pem
+      a TLS listener (SASL_PLAINTEXT and SASL_SSL take Kafka's sasl.* settings: docs/security.md)
+  kafkalite serve --override broker.id=1 --override zookeeper.connect=127.0.0.1:2181/kafkalite \
+      --override listeners=PLAINTEXT://127.0.0.1:9093 --override log.dirs=/data/b1
+      one broker of a cluster whose metadata is in ZooKeeper (docs/cluster.md)
 
 Settings use Kafka's names (node.id, listeners, log.dirs, log.segment.bytes, log.retention.hours,
 num.partitions, ...). An unknown or misspelt name is reported with the nearest known one; a value out of
-range stops the broker with the rule it breaks. Only PLAINTEXT listeners: TLS, SASL and ACL settings are
-refused. The broker runs until SIGTERM or Ctrl-C, then flushes and marks its data dirs clean; SIGQUIT
-(kill -3) writes what each of its tasks is waiting on to the log, as a JVM's thread dump does.
+range stops the broker with the rule it breaks. Listeners may be PLAINTEXT, SSL, SASL_PLAINTEXT and
+SASL_SSL, several at once; authorizer.class.name turns on ACLs. The broker runs until SIGTERM or Ctrl-C,
+then flushes and marks its data dirs clean; SIGQUIT (kill -3) writes what each of its tasks is waiting on
+to the log, as a JVM's thread dump does.
 """
 
 
