@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -28,11 +29,34 @@ def file_states(root: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
+def settled_file_states(root: Path, quiet_s: float = 1.0, timeout_s: float = 20.0) -> dict[str, tuple[int, int]]:
+    """`file_states` once the broker has stopped writing on its own: a roll's flush rewrites the leader-epoch
+    checkpoint (synced after the first append of an epoch) a moment after the produce that caused it."""
+    deadline = time.monotonic() + timeout_s
+    last: dict[str, tuple[int, int]] = {}
+    since = time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        assert time.monotonic() < deadline, f"the broker kept writing under {root} for {timeout_s} s"
+        time.sleep(0.1)
+        try:
+            now = file_states(root)
+        except FileNotFoundError:  # a file renamed or removed between the listing and its stat: still writing
+            now = {}
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    # small segments and index interval: several segments, index entries, a preallocated active index
+    # small segments and index interval: several segments, index entries, a preallocated active index; no
+    # periodic checkpoint rewrites (HW every 5 s by default) while a test compares the files before and after
+    hour = 3_600_000
     b = BrokerProcess(tmp_path_factory.mktemp("read-only") / "data",
-                      {"num.partitions": 1, "log.segment.bytes": 128 * 1024, "log.index.interval.bytes": 512}).start()
+                      {"num.partitions": 1, "log.segment.bytes": 128 * 1024, "log.index.interval.bytes": 512,
+                       "replica.high.watermark.checkpoint.interval.ms": hour,
+                       "log.flush.offset.checkpoint.interval.ms": hour,
+                       "log.flush.start.offset.checkpoint.interval.ms": hour}).start()
     yield b
     rc = b.stop()
     assert rc == 0, b.output()
@@ -45,7 +69,7 @@ def test_read_only_log_on_a_live_broker_reads_everything_and_changes_nothing(bro
     partition_dir = broker.data_dir / f"{topic}-0"
     active_index = sorted(partition_dir.glob("*.index"))[-1]
     assert active_index.stat().st_size == 10 * 1024 * 1024  # preallocated: the case to survive
-    before = file_states(broker.data_dir)
+    before = settled_file_states(broker.data_dir)
     lg = Log.open_read_only(partition_dir, LogConfig())
     try:
         assert lg.number_of_segments > 1
