@@ -126,7 +126,7 @@ class _FloorServer:
 
 def bench_asyncio_floor(results: dict) -> None:
     lat, loopback, _ = _against_loopback({"asyncio streams": _FloorServer("streams"),
-                                       "asyncio BufferedProtocol": _FloorServer("protocol")})
+                                          "asyncio BufferedProtocol": _FloorServer("protocol")})
     rtt = statistics.median(loopback)
     for name, xs in lat.items():
         p50, p99, p999 = _quantiles(xs)
