@@ -167,9 +167,24 @@ def sync_file_system(path: StrPath) -> None:
         os.close(fd)
 
 
+def read_small_file(path: StrPath) -> bytes:
+    """The whole content of a small file (a checkpoint, a snapshot, partition.metadata).
+
+    Three system calls where `open().read()` makes eight (fstat twice, an isatty ioctl, two lseeks): a broker
+    loading 10,000 partitions reads three such files in each. Raises FileNotFoundError like `open`."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _read_or_none(path: Path) -> bytes | None:
     try:
-        return path.read_bytes()
+        return read_small_file(path)
     except FileNotFoundError:
         return None
 

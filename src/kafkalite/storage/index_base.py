@@ -221,11 +221,15 @@ class IndexBase:
         self._cols: tuple[array, array] | None = None
         created = False
         if writable:
+            # the file exists when a log is loaded (most opens), not when a segment is rolled
             try:
-                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-                created = True
-            except FileExistsError:
                 fd = os.open(self._path, os.O_RDWR)
+            except FileNotFoundError:
+                try:
+                    fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                    created = True
+                except FileExistsError:  # created meanwhile by someone else: it exists after all
+                    fd = os.open(self._path, os.O_RDWR)
         else:
             fd = os.open(self._path, os.O_RDONLY)
         try:
@@ -433,8 +437,7 @@ class IndexBase:
             os.close(fd)
         if self._entries > self.max_entries:
             self._truncate_to_entries(self.max_entries)
-        else:
-            self._peek_last()
+        # otherwise every entry is still there, the last one too: nothing to read again
         return True
 
     def trim_to_valid_size(self) -> None:

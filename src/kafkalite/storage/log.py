@@ -62,12 +62,13 @@ from kafkalite.storage.checkpoint import (
     CheckpointError,
     LeaderEpochCheckpointFile,
     decode_partition_metadata,
+    read_small_file,
 )
 from kafkalite.storage.dir_lock import DirLock
 from kafkalite.storage.file_records import TimestampAndOffset
 from kafkalite.storage.leader_epoch import LeaderEpochCache
 from kafkalite.storage.log_config import LogConfig
-from kafkalite.storage.log_loader import LogLoader, rebuild_producer_state
+from kafkalite.storage.log_loader import LogLoader, list_file_names, rebuild_producer_state
 from kafkalite.storage.metadata import FetchDataInfo, LogOffsetMetadata
 from kafkalite.storage.names import as_path
 from kafkalite.storage.producer_state import AppendOrigin, ProducerStateManager
@@ -229,7 +230,12 @@ class Log:
                           producer_id_expiration_ms: int, high_watermark: int | None,
                           progress: Callable[[int, int], None] | None, durable_snapshots: bool = True) -> None:
         clock = self.clock
-        self.dir.mkdir(parents=True, exist_ok=True)
+        # listed once here for the loader and the producer state: each listed it for itself (four times a load)
+        try:
+            file_names = list_file_names(self.dir)
+        except FileNotFoundError:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            file_names = []
         epoch_file = self.dir / LEADER_EPOCH_CHECKPOINT_FILE
         self.rebuild_epoch_cache = False
         try:
@@ -240,13 +246,13 @@ class Log:
             self.leader_epoch_cache = LeaderEpochCache(LeaderEpochCheckpointFile(epoch_file))
             self.rebuild_epoch_cache = True
         self.producer_state = ProducerStateManager(self.dir, producer_id_expiration_ms=producer_id_expiration_ms,
-                                                   clock=clock)
+                                                   clock=clock, file_names=file_names)
         self.producer_state.durable_snapshots = durable_snapshots
         loaded = LogLoader(
             self.dir, self.config, new_segment=self._new_segment, leader_epoch_cache=self.leader_epoch_cache,
             producer_state=self.producer_state, clock=clock, log_start_offset_checkpoint=log_start_offset,
             recovery_point_checkpoint=recovery_point, clean_shutdown=clean_shutdown,
-            rebuild_epoch_cache=self.rebuild_epoch_cache, progress=progress).load()
+            rebuild_epoch_cache=self.rebuild_epoch_cache, progress=progress, file_names=file_names).load()
         self.producer_state.durable_snapshots = True
         self.segments = loaded.segments
         self.log_start_offset = loaded.log_start_offset
@@ -1155,8 +1161,7 @@ def _read_topic_id(directory: Path) -> uuid.UUID | None:
     broker writes a new one), as before this was read at load."""
     path = os.path.join(directory, PARTITION_METADATA_FILE)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_small_file(path)
     except FileNotFoundError:
         return None
     try:

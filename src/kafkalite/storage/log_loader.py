@@ -51,7 +51,7 @@ class LoadedLog:
     next_offset_metadata: LogOffsetMetadata
 
 
-def _file_names(directory: Path) -> list[str]:
+def list_file_names(directory: Path) -> list[str]:
     """Names of the regular files in `directory`, sorted. scandir gives each file's type with the listing, where
     `Path.iterdir` + `is_file` costs a Path and a stat per file: loading lists every partition directory."""
     with os.scandir(directory) as entries:
@@ -83,6 +83,7 @@ class LogLoader:
         clean_shutdown: bool,
         rebuild_epoch_cache: bool = False,
         progress: Callable[[int, int], None] | None = None,
+        file_names: list[str] | None = None,
     ) -> None:
         self.dir = directory
         self.config = config
@@ -99,6 +100,13 @@ class LogLoader:
         self.log_start_offset = log_start_offset_checkpoint
         # base offset -> the last offset a rebuilt offset index had seen in the segment (see `_lost_tail`)
         self._index_claims: dict[int, int] = {}
+        # the directory's files as the caller listed them just before; None once a step here changed them
+        self._file_names = file_names
+
+    def _listing(self) -> list[str]:
+        if self._file_names is None:
+            self._file_names = list_file_names(self.dir)
+        return self._file_names
 
     # --- entry point ----------------------------------------------------------------------------
 
@@ -139,7 +147,8 @@ class LogLoader:
     def _rebuild_producer_state(self, last_offset: int, *, reload_from_clean_shutdown: bool,
                                 snapshot: bool = True) -> None:
         rebuild_producer_state(self.producer_state, self.segments, self.log_start_offset, self.clock, last_offset,
-                               reload_from_clean_shutdown=reload_from_clean_shutdown, snapshot=snapshot)
+                               reload_from_clean_shutdown=reload_from_clean_shutdown, snapshot=snapshot,
+                               relist_snapshots=False)
 
     def _rebuild_epoch_cache(self) -> None:
         cache = self.leader_epoch_cache
@@ -157,10 +166,12 @@ class LogLoader:
     def _remove_temp_files_and_collect_swaps(self) -> list[Path]:
         swaps: list[Path] = []
         cleaned: list[Path] = []
-        for name in _file_names(self.dir):  # a Path only for what is acted on: most dirs hold nothing of this
+        deleted = False
+        for name in self._listing():  # a Path only for what is acted on: most dirs hold nothing of this
             if name.endswith(names.DELETED_SUFFIX) and not name.endswith(".checkpoint.deleted"):
                 log.info("%s: deleting stray file %s", self.dir.name, name)
                 (self.dir / name).unlink(missing_ok=True)
+                deleted = True
             elif name.endswith(names.CLEANED_SUFFIX):
                 cleaned.append(self.dir / name)
             elif name.endswith(names.SWAP_SUFFIX):
@@ -168,6 +179,9 @@ class LogLoader:
             elif name.endswith(".tmp"):
                 log.info("%s: deleting leftover temporary file %s", self.dir.name, name)
                 (self.dir / name).unlink(missing_ok=True)
+                deleted = True
+        if deleted or cleaned or swaps:
+            self._file_names = None  # listed again by the next step: this one (or the swaps) changed the files
         min_cleaned = min((o for p in cleaned if (o := _offset_of(p)) is not None), default=None)
         kept = []
         for swap in swaps:
@@ -208,7 +222,7 @@ class LogLoader:
     # --- step 3: segments --------------------------------------------------------------------------
 
     def _load_segment_files(self) -> None:
-        files = set(_file_names(self.dir))
+        files = set(self._listing())
         logs = {name for name in files if name.endswith(names.LOG_SUFFIX)}
         for name in files:
             if name.endswith(_INDEX_SUFFIXES):
@@ -216,6 +230,7 @@ class LogLoader:
                 if stem + names.LOG_SUFFIX not in logs:
                     log.warning("%s: deleting index file %s that has no log file", self.dir.name, name)
                     (self.dir / name).unlink(missing_ok=True)
+                    self._file_names = None
         bases = sorted(names.offset_from_file_name(name) for name in logs)
         # After an unclean shutdown every segment from the one holding the recovery point on is recovered by
         # `_recover_log` (indexes rebuilt from the `.log`): a damaged index found there is reported as before,
@@ -348,15 +363,17 @@ def _next_offset_by_scan(segment: LogSegment) -> int:
 
 
 def rebuild_producer_state(psm: ProducerStateManager, segments: SegmentMap, log_start_offset: int, clock: Clock,
-                           last_offset: int, *, reload_from_clean_shutdown: bool, snapshot: bool = True) -> None:
+                           last_offset: int, *, reload_from_clean_shutdown: bool, snapshot: bool = True,
+                           relist_snapshots: bool = True) -> None:
     """Bring producer state to `last_offset`: from the newest usable snapshot plus a replay of the log.
 
     After a clean shutdown with no snapshot at all (an old log), empty snapshots are written instead
-    of replaying everything, as Kafka does.
+    of replaying everything, as Kafka does. `relist_snapshots=False`: the loader's (see
+    `ProducerStateManager.remove_stray_snapshots`).
     """
     bases = list(segments.keys())
     psm.note_log_start_offset(log_start_offset)
-    psm.remove_stray_snapshots(bases)
+    psm.remove_stray_snapshots(bases, relist=relist_snapshots)
     if psm.latest_snapshot_offset is None and reload_from_clean_shutdown:
         for offset in sorted({*bases[-2:], last_offset}):
             psm.update_map_end_offset(offset)

@@ -21,7 +21,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from kafkalite.errors import KafkaliteError
-from kafkalite.storage.checkpoint import StrPath, atomic_write
+from kafkalite.storage.checkpoint import StrPath, atomic_write, read_small_file
 from kafkalite.storage.names import SNAPSHOT_SUFFIX, as_path, offset_from_file_name
 
 SNAPSHOT_VERSION = 1
@@ -131,29 +131,29 @@ def write_snapshot(path: StrPath, entries: Iterable[ProducerSnapshotEntry], *, d
 
 def read_snapshot(path: StrPath) -> list[ProducerSnapshotEntry]:
     """Entries of the snapshot at `path`; FileNotFoundError propagates (a missing file is not corrupt)."""
-    with open(path, "rb") as f:
-        return decode_snapshot(f.read(), path)
+    return decode_snapshot(read_small_file(path), path)
 
 
-def list_snapshots(directory: StrPath) -> list[tuple[int, Path]]:
+def list_snapshots(directory: StrPath, file_names: Iterable[str] | None = None) -> list[tuple[int, Path]]:
     """(offset, path) of every `<offset>.snapshot` file, lowest offset first.
 
     The offset is read from the name, as Kafka does; a missing directory has no snapshots, and
     names whose prefix is not an offset (or `.snapshot.deleted`, `.tmp` leftovers) are ignored.
+    `file_names`: the directory's regular files as the caller just listed them (not listed again).
     """
     directory = as_path(directory)
+    if file_names is None:
+        try:
+            # scandir's file type comes with the listing (no stat per file): a broker lists thousands of these
+            with os.scandir(directory) as entries:
+                file_names = [e.name for e in entries if e.name.endswith(SNAPSHOT_SUFFIX) and e.is_file()]
+        except FileNotFoundError:
+            return []
     found = []
-    try:
-        # scandir's file type comes with the listing (no stat per file): every partition lists its directory
-        # twice while loading, and a broker loads thousands
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if not entry.name.endswith(SNAPSHOT_SUFFIX) or not entry.is_file():
-                    continue
-                try:
-                    found.append((offset_from_file_name(entry.name), directory / entry.name))
-                except ValueError:
-                    continue
-    except FileNotFoundError:
-        return []
+    for name in file_names:
+        if name.endswith(SNAPSHOT_SUFFIX):
+            try:
+                found.append((offset_from_file_name(name), directory / name))
+            except ValueError:
+                continue
     return sorted(found)

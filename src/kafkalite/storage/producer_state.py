@@ -197,13 +197,15 @@ class ProducerStateManager:
         *,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         clock: Clock = SYSTEM_CLOCK,
+        file_names: Iterable[str] | None = None,
     ) -> None:
+        """`file_names`: the directory's files as the caller (a loading Log) just listed them."""
         self.log_dir = as_path(log_dir)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.clock = clock
         self._producers: dict[int, ProducerStateEntry] = {}
         self._ongoing_txns: dict[int, int] = {}  # first offset -> producer id
-        self._snapshots: dict[int, Path] = dict(list_snapshots(self.log_dir))
+        self._snapshots: dict[int, Path] = dict(list_snapshots(self.log_dir, file_names))
         self._map_end_offset = 0
         # The log start offset as last told (loading, truncation): it only moves forward in between, and a snapshot
         # at or below the log start is never loaded (truncate_and_reload deletes it), so none is written there.
@@ -527,15 +529,18 @@ class ProducerStateManager:
         for o in [o for o in self._snapshots if o < offset]:
             self._delete_snapshot(o)
 
-    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int]) -> None:
+    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int], relist: bool = True) -> None:
         """Delete snapshots that are not at a segment base, except the largest such one when it is above
         every base: that is the snapshot taken at the log end offset on shutdown, the one worth loading.
 
         The directory is listed again, as Kafka does, so files removed or added behind our back (an
-        interrupted deletion, a copied directory) are taken into account.
+        interrupted deletion, a copied directory) are taken into account. `relist=False` is for the
+        loader: it listed the (locked) directory for this manager moments before, and every snapshot
+        written or deleted since went through this manager.
         """
         bases = set(segment_base_offsets)
-        self._snapshots = dict(list_snapshots(self.log_dir))
+        if relist:
+            self._snapshots = dict(list_snapshots(self.log_dir))
         strays = sorted(o for o in self._snapshots if o not in bases)
         keep = strays[-1] if strays and (not bases or strays[-1] > max(bases)) else None
         for o in strays:
