@@ -110,8 +110,11 @@ class Broker:
 
         No cyclic collection runs during start-up: everything it builds (logs, segments, partitions, the
         controller's first round) lives as long as the broker, and each collection would walk all of it again.
-        With 10,000 partitions loaded, decoding the first LeaderAndIsr took 0.4 s instead of 0.04 s. What
-        start-up builds is collected once and frozen at the end (`_start`)."""
+        With 10,000 partitions loaded, decoding the first LeaderAndIsr took 0.4 s instead of 0.04 s. Garbage
+        made before start-up is collected first (~15 ms in a fresh process), so none of it is frozen with the
+        logs, which leave the collector's sight (`gc.freeze`) as soon as they are loaded; what the rest of
+        start-up built is collected and frozen at its end."""
+        gc.collect()
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -138,6 +141,9 @@ class Broker:
             where = exc.filename or ", ".join(str(d) for d in cfg.log_dirs)
             raise KafkaliteError(f"cannot open the data directory (log.dirs) {where}: {exc.strerror or exc}") \
                 from None
+        # the loaded logs out of the collector's sight at once: the collection at the end of start-up then walks
+        # only what was built after them (with 10,000 partitions a full collection took 0.3 s)
+        gc.freeze()
         # kafkalite-metadata.json is the single broker's cluster store (LocalStore): the registry of hosted
         # topics is then only this broker's view of it; with ZooKeeper it is this broker's own file.
         registry = MetadataStore(self.logs.dirs[0].path, persist=bool(cfg.get("zookeeper.connect")))
