@@ -218,6 +218,7 @@ class IndexBase:
         self._closed = False
         self._dirty = False  # entries stored through a mapping since closed, not yet synced (see `flush`)
         self._peeking = False  # `_read` may pread instead of mapping (see `_peek_last`)
+        self._peek_fd: int | None = None  # the descriptor `_read` preads from while peeking, when one is open
         self._cols: tuple[array, array] | None = None
         created = False
         if writable:
@@ -239,11 +240,11 @@ class IndexBase:
                     raise ValueError(f"invalid max index size {max_index_size} for {self._path}")
                 os.ftruncate(fd, round_down(max_index_size, self.entry_size))
             self._length = os.fstat(fd).st_size
+            # a new file holds no entries; an existing one is trusted whole (hence the trim on roll/close)
+            self._entries = 0 if created else self.max_entries
+            self._peek_last(fd)
         finally:
             os.close(fd)
-        # a new file holds no entries; an existing one is trusted whole (hence the trim on roll/close)
-        self._entries = 0 if created else self.max_entries
-        self._peek_last()
 
     # --- subclass hooks -------------------------------------------------------------------------
 
@@ -251,13 +252,15 @@ class IndexBase:
         """Re-read whatever the subclass caches about its last entry after the entry count changed."""
         raise NotImplementedError
 
-    def _peek_last(self) -> None:
-        """`_refresh_last` without mapping the index for it."""
+    def _peek_last(self, fd: int | None = None) -> None:
+        """`_refresh_last` without mapping the index for it; `fd`: the file, already open (else opened)."""
         self._peeking = True
+        self._peek_fd = fd
         try:
             self._refresh_last()
         finally:
             self._peeking = False
+            self._peek_fd = None
 
     # --- properties ------------------------------------------------------------------------------
 
@@ -322,11 +325,14 @@ class IndexBase:
         if self._peeking and self._mm is None and not self._closed:
             # the last entry of an index not mapped yet, read when it is opened or resized: a pread, so that
             # idle partitions keep no mapping (any other read maps the index, once)
-            fd = os.open(self._path, os.O_RDONLY)
-            try:
-                raw = os.pread(fd, self.entry_size, n * self.entry_size)
-            finally:
-                os.close(fd)
+            if self._peek_fd is not None:
+                raw = os.pread(self._peek_fd, self.entry_size, n * self.entry_size)
+            else:
+                fd = os.open(self._path, os.O_RDONLY)
+                try:
+                    raw = os.pread(fd, self.entry_size, n * self.entry_size)
+                finally:
+                    os.close(fd)
             if len(raw) == self.entry_size:
                 return self._entry.unpack(raw)
         return self._mapping().unpack_from(self._entry, n * self.entry_size)
@@ -432,9 +438,9 @@ class IndexBase:
         fd = os.open(self._path, os.O_RDWR)
         try:
             os.ftruncate(fd, size)
-            self._length = os.fstat(fd).st_size
         finally:
             os.close(fd)
+        self._length = size  # what a successful ftruncate leaves, exactly
         if self._entries > self.max_entries:
             self._truncate_to_entries(self.max_entries)
         # otherwise every entry is still there, the last one too: nothing to read again
