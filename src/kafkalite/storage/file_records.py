@@ -128,7 +128,8 @@ class FileRecords:
         init_file_size: int = 0,
     ) -> None:
         self._path = as_path(path)
-        existed = self._path.exists()
+        # only preallocation needs to know (a stat for each segment of every log loaded otherwise)
+        existed = self._path.exists() if mutable and preallocate and init_file_size > 0 else True
         flags = (os.O_RDWR | os.O_CREAT) if mutable else os.O_RDONLY
         self._fd = os.open(self._path, flags, 0o644)
         length = os.fstat(self._fd).st_size
