@@ -325,13 +325,11 @@ class IndexBase:
         if self._peeking and self._mm is None and not self._closed:
             # the last entry of an index not mapped yet, read when it is opened or resized: a pread, so that
             # idle partitions keep no mapping (any other read maps the index, once)
-            if self._peek_fd is not None:
-                raw = os.pread(self._peek_fd, self.entry_size, n * self.entry_size)
-            else:
-                fd = os.open(self._path, os.O_RDONLY)
-                try:
-                    raw = os.pread(fd, self.entry_size, n * self.entry_size)
-                finally:
+            fd = self._peek_fd if self._peek_fd is not None else os.open(self._path, os.O_RDONLY)
+            try:
+                raw = os.pread(fd, self.entry_size, n * self.entry_size)
+            finally:
+                if fd != self._peek_fd:
                     os.close(fd)
             if len(raw) == self.entry_size:
                 return self._entry.unpack(raw)

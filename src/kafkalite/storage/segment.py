@@ -903,18 +903,20 @@ class LogSegment:
         saw that offset in the `.log`, so if the `.log` now ends before it and before the next segment, it
         lost its tail (LogLoader cuts the log there).
         """
+        last: OffsetPosition | None = None
         if self._offset_index is None:
             try:  # its open tells whether it exists: no stat before it (one per segment of every log loaded)
                 last = OffsetIndex.check_file(self.offset_index_path, self.base_offset)
+                missing = False
             except FileNotFoundError:
-                raise FileNotFoundError(f"offset index file {self.offset_index_path} does not exist") from None
-            if not time_index_file_exists:
-                self.time_index.resize(0)
+                missing = True
         else:
-            if not self.offset_index_path.exists():
-                raise FileNotFoundError(f"offset index file {self.offset_index_path} does not exist")
-            if not time_index_file_exists:
-                self.time_index.resize(0)
+            missing = not self.offset_index_path.exists()
+        if missing:
+            raise FileNotFoundError(f"offset index file {self.offset_index_path} does not exist")
+        if not time_index_file_exists:
+            self.time_index.resize(0)
+        if self._offset_index is not None:
             self._offset_index.sanity_check()
             n = self._offset_index.entries
             last = self._offset_index.entry(n - 1) if n else None
