@@ -238,11 +238,9 @@ class Controller:
         if topic not in self._watched_topics:
             self._watched_topics.add(topic)
             self.store.watch_data(z.topic_path(topic), self._partition_watch(topic))
+        unknown = [p for p in sorted(assignment.partitions) if (topic, p) not in self.states]
         new = []
-        for p in sorted(assignment.partitions):
-            if (topic, p) in self.states:
-                continue
-            state = await self.store.partition_state(topic, p)
+        for p, state in (await self.store.partition_states(topic, unknown)).items() if unknown else ():
             if state is None:
                 new.append((topic, p))
             else:

@@ -13,7 +13,7 @@ Watch callbacks and the session-lost callback are always called on that loop, ne
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from kafkalite.cluster.znodes import BrokerRegistration, PartitionState, ProducerIdBlock, TopicAssignment
@@ -94,6 +94,10 @@ class ClusterStore(ABC):
 
     @abstractmethod
     async def partition_state(self, topic: str, partition: int) -> PartitionState | None: ...
+
+    @abstractmethod
+    async def partition_states(self, topic: str, partitions: Iterable[int]) -> dict[int, PartitionState | None]:
+        """Many of a topic's states in one call, the reads pipelined (a controller's failover reads them all)."""
 
     @abstractmethod
     async def create_partition_states(self, lease: ControllerLease,

@@ -36,12 +36,18 @@ class OffsetIndex(IndexBase):
 
     def _refresh_last(self) -> None:
         n = self._entries
-        self._last_offset = self.base_offset + self._read(n - 1)[0] if n else self.base_offset
+        relative, self._last_position = self._read(n - 1) if n else (0, 0)
+        self._last_offset = self.base_offset + relative
 
     @property
     def last_offset(self) -> int:
         """The offset of the last entry, or the base offset when empty."""
         return self._last_offset
+
+    @property
+    def last_entry(self) -> OffsetPosition | None:
+        """The last entry, None when empty; kept in memory, so asking maps nothing."""
+        return OffsetPosition(self._last_offset, self._last_position) if self._entries else None
 
     def entry(self, n: int) -> OffsetPosition:
         relative, position = self._read(n)
@@ -81,7 +87,7 @@ class OffsetIndex(IndexBase):
                 f"appended ({self._last_offset}) to {self._path}"
             )
         self._write(self._relative(offset), position)
-        self._last_offset = offset
+        self._last_offset, self._last_position = offset, position
 
     def append_many(self, offsets: Sequence[int] | np.ndarray, positions: Sequence[int] | np.ndarray) -> int:
         """Bulk append for index rebuilds; offsets must increase past the last entry (InvalidOffsetError)."""

@@ -472,7 +472,12 @@ class LogSegment:
         it is rebuilt from the `.log` and this scan starts at the segment start. The check costs one
         61-byte read, and only when the index points past the first batch.
         """
-        mapping = self.offset_index.lookup(offset)
+        return self._checked_position(self.offset_index.lookup(offset))
+
+    def _checked_position(self, mapping: OffsetPosition | None) -> int:
+        """`scan_position` for an index entry already found (None: the segment start)."""
+        if mapping is None:
+            return 0
         position = mapping.position
         if position == 0 and mapping.offset == self.base_offset:
             return 0
@@ -558,7 +563,8 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """The offset after the last batch in the segment (the base offset when empty)."""
-        position = self.scan_position(self.offset_index.last_offset)
+        # the index's last entry is kept in memory: finding it maps nothing (a load reads this for every log)
+        position = self._checked_position(self.offset_index.last_entry)
         next_offset = self.base_offset
         for h in self.log.batch_headers(position):
             next_offset = h.last_offset + 1
@@ -888,7 +894,8 @@ class LogSegment:
             self._max_ts_and_offset = self._load_max_timestamp()
         return removed
 
-    def sanity_check(self, time_index_file_exists: bool) -> int | None:
+    def sanity_check(self, time_index_file_exists: bool, txn_index_file_exists: bool = True,
+                     active_index_size: int | None = None) -> int | None:
         """Load-time check: the offset index must exist and be sane; the txn index must be sane.
 
         Kafka 2.3+ checks only that the offset index exists and trusts its content. Here Kafka's
@@ -906,7 +913,11 @@ class LogSegment:
         last: OffsetPosition | None = None
         if self._offset_index is None:
             try:  # its open tells whether it exists: no stat before it (one per segment of every log loaded)
-                last = OffsetIndex.check_file(self.offset_index_path, self.base_offset)
+                if active_index_size is None:
+                    last = OffsetIndex.check_file(self.offset_index_path, self.base_offset)
+                else:
+                    self._offset_index = OffsetIndex(self.offset_index_path, self.base_offset, self.max_index_size,
+                                                     checked_size=active_index_size)
                 missing = False
             except FileNotFoundError:
                 missing = True
@@ -918,8 +929,7 @@ class LogSegment:
             self.time_index.resize(0)
         if self._offset_index is not None:
             self._offset_index.sanity_check()
-            n = self._offset_index.entries
-            last = self._offset_index.entry(n - 1) if n else None
+            last = self._offset_index.last_entry
         claimed: int | None = None
         if last is not None:
             problem = self._entry_problem(last.offset, last.position)
@@ -930,9 +940,13 @@ class LogSegment:
                 claimed = last.offset
         if self._time_index is not None:
             self._time_index.sanity_check()
-        elif time_index_file_exists:
+        elif active_index_size is not None:
+            self._time_index = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size,
+                                         checked_size=active_index_size)
+        else:
             TimeIndex.check_file(self.time_index_path, self.base_offset)
-        self.txn_index.sanity_check()
+        if txn_index_file_exists:
+            self.txn_index.sanity_check()
         return claimed
 
     def reset_roll_state(self) -> None:

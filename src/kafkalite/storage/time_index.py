@@ -135,7 +135,7 @@ class TimeIndex(IndexBase):
         """Cheap structural checks; a failure means the segment's index must be rebuilt from the `.log`."""
         if self._entries:
             last = self._last_entry
-            first_timestamp = self._read(0)[0]
+            first_timestamp = last.timestamp if self._entries == 1 else self._read(0)[0]
             if last.timestamp < first_timestamp:
                 raise CorruptIndexError(
                     f"corrupt time index found, time index file {self._path} has non-zero size but the last "
