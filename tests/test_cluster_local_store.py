@@ -53,6 +53,38 @@ def test_reads_the_single_broker_file_and_stays_readable_by_it(tmp_path):
     assert again.next_producer_id() == block.end + 1
 
 
+def test_the_file_is_json_with_one_znode_a_line(tmp_path):
+    """Operators read this file: every znode on a line of its own (it is written with json's C encoder, which
+    `indent` turns off), and a path or value with quotes or braces in it still reads back as written."""
+    odd = '/config/users/we}, "ird'
+
+    async def main():
+        s = LocalStore(tmp_path, 1)
+        await s.start()
+        try:
+            await s.create_topic(z.TopicAssignment("t", uuid.uuid4(), {0: [1], 1: [1]}), {"retention.ms": "5"})
+            s.zk.ensure_path(odd)
+            s.zk.set(odd, b'{"a": "}, \\"b"}')
+        finally:
+            await s.close()
+    run(main())
+    text = (tmp_path / METADATA_FILE).read_text()
+    doc = json.loads(text)
+    lines = text.splitlines()
+    for path in doc["znodes"]:
+        assert sum(line.lstrip().startswith(json.dumps(path) + ":") for line in lines) == 1, path
+    assert odd in doc["znodes"] and doc["topics"][0]["name"] == "t"
+
+    async def reopened():
+        s = LocalStore(tmp_path, 1)
+        await s.start()
+        try:
+            return s.zk.get(odd)[0], await s.topic_config("t")
+        finally:
+            await s.close()
+    assert run(reopened()) == (b'{"a": "}, \\"b"}', {"retention.ms": "5"})
+
+
 def test_restart_keeps_persistent_znodes_and_drops_ephemeral_ones(tmp_path):
     async def first():
         s = LocalStore(tmp_path, 1)

@@ -110,6 +110,43 @@ def test_election_and_fencing_of_a_replaced_controller(new_store):
     run(main())
 
 
+def test_partition_states_of_a_topic_in_one_pipelined_read(new_store):
+    """A controller's failover reads every state of a topic at once (more than one window of pipelined reads);
+    a partition without a state yet comes back as None, and a state written in between is read fresh. Topics
+    appear and go in between, so the children of /brokers/topics are listed fresh each time too."""
+    from kafkalite.cluster.zk_store import STATE_READ_WINDOW
+
+    n = STATE_READ_WINDOW + 7
+
+    async def main():
+        a = new_store()
+        await a.start()
+        try:
+            lease = await a.elect_controller(1)
+            assert lease is not None
+            assert await a.topics() == []
+            await a.create_topic(z.TopicAssignment("t", uuid.uuid4(), {p: [1] for p in range(n)}), {})
+            assert await a.topics() == ["t"]
+            await a.create_partition_states(lease, {("t", p): z.PartitionState(1, p % 5, (1,), 1)
+                                                    for p in range(n - 1)})
+            states = await a.partition_states("t", range(n))
+            assert list(states) == list(range(n)) and states[n - 1] is None
+            assert all(states[p] is not None and states[p].leader_epoch == p % 5 for p in range(n - 1))
+            assert states[3] == await a.partition_state("t", 3)
+            s3 = states[3]
+            assert s3 is not None
+            await a.update_partition_state(lease, "t", 3, z.PartitionState(1, 9, (1,), 1, s3.zk_version))
+            again = await a.partition_states("t", [3, n - 1])
+            assert again[3] is not None and again[3].leader_epoch == 9 and again[n - 1] is None
+            await a.create_topic(z.TopicAssignment("u", uuid.uuid4(), {0: [1]}), {})
+            assert await a.topics() == ["t", "u"]
+            await a.delete_topic(lease, "t")
+            assert await a.topics() == ["u"]
+        finally:
+            await a.close()
+    run(main())
+
+
 def test_producer_id_blocks_are_unique_across_brokers(new_store):
     async def main():
         stores = [new_store() for _ in range(3)]

@@ -69,8 +69,8 @@ def _document_text(doc: dict[str, Any]) -> bytes:
     head = json.dumps({k: v for k, v in doc.items() if k != "znodes"}, indent=1)
     # entries are flat objects of names and numbers, and a quote inside a string is escaped: `}, "` occurs only
     # between two entries
-    znodes = json.dumps(doc["znodes"]).replace('}, "', '},\n "')
-    return f'{head[:-2]},\n "znodes": {znodes}\n}}\n'.encode()
+    znodes = json.dumps(doc["znodes"])[1:-1].replace('}, "', '},\n  "')
+    return f'{head[:-2]},\n "znodes": {{\n  {znodes}\n }}\n}}\n'.encode()
 
 
 class LocalTree:
