@@ -14,7 +14,8 @@ from kafkalite.clock import MockClock
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.scheduler import MockScheduler
-from kafkalite.storage.index_base import FileMapping
+from kafkalite.storage.checkpoint import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT_FILE
+from kafkalite.storage.index_base import FileMapping, IndexBase
 from kafkalite.storage.offset_index import OffsetIndex
 from tests.support import T0
 from tests.support.logs import records_in
@@ -103,6 +104,42 @@ def test_idle_partitions_map_no_index_until_one_is_used(tmp_path):
         assert lg.active_segment.offset_index.entries == 2  # both entries survived unmapping and the restart
         assert [r.offset for r in records_in(lg)] == [0, 1, 2, 3, 4]
         assert lg.read(4, 10_000).size > 0
+    finally:
+        lm.shutdown()
+
+
+@pytest.mark.skipif(not os.path.isfile("/proc/self/maps"), reason="reads mappings through /proc")
+def test_recovery_rebuilds_indexes_without_mapping_them(tmp_path, monkeypatch):
+    """After an unclean shutdown every partition's active segment is recovered and its indexes rebuilt: written
+    with `pwrite`, not through a mapping, so a restart after kill -9 makes no mmap/munmap pair (and page faults)
+    per index of thousands of idle partitions (the mappings were dropped again by the end of the load, so only
+    counting the mappings made shows it). The entries are there for the reads that follow."""
+    made = []
+    real_map = IndexBase._map
+
+    def counted(index: IndexBase, fd: int) -> None:
+        made.append(index.path)
+        real_map(index, fd)
+    monkeypatch.setattr(IndexBase, "_map", counted)
+    lm = LogManager([tmp_path], scheduler=MockScheduler(MockClock(T0)))
+    for p in range(20):
+        lg = lm.get_or_create_log("t", p)
+        for i in range(3):  # 6 KB: one offset index entry, and time index entries
+            lg.append_as_leader(build_batch([SimpleRecord(b"k%d" % i, b"v" * 2000, T0 + i)]))
+    lm.shutdown()
+    (tmp_path / CLEAN_SHUTDOWN_FILE).unlink()
+    (tmp_path / RECOVERY_POINT_CHECKPOINT_FILE).unlink()  # nothing known flushed: every segment is recovered
+    made.clear()
+    lm = LogManager([tmp_path], scheduler=MockScheduler(MockClock(T0)), recovery_processes=0)
+    try:
+        assert made == [] and index_mappings(tmp_path) == []
+        lg = lm.get_log("t", 3)
+        index = lg.active_segment.offset_index
+        assert index.entries == 1 and index.last_offset == 2 and lg.active_segment.time_index.entries >= 1
+        assert lg.active_segment.time_index.last_entry.timestamp == T0 + 2
+        assert [r.offset for r in records_in(lg)] == [0, 1, 2]
+        assert index.lookup(2).offset == 2 and lg.read(2, 10_000).size > 0  # mapped now, entries as written
+        assert index_mappings(tmp_path)
     finally:
         lm.shutdown()
 

@@ -23,6 +23,7 @@ descriptor limit. The descriptor is opened only to map, resize or truncate, and 
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 import struct
@@ -377,7 +378,7 @@ class IndexBase:
         return relative
 
     def _write_many(self, firsts: np.ndarray, seconds: np.ndarray) -> int:
-        """Store entries in bulk (recovery rebuilds whole indexes): one copy into the mapping for all.
+        """Store entries in bulk (recovery rebuilds whole indexes): one copy (into the mapping, or one `pwrite`).
 
         Entries that do not fit are dropped: an index only speeds lookups up, so a short index costs
         a longer scan, never a wrong answer. Returns how many were written.
@@ -390,13 +391,28 @@ class IndexBase:
         rows["first"] = firsts[:n]
         rows["second"] = seconds[:n]
         at = self._entries * self.entry_size
-        self._mapping().write(at, rows.tobytes())
-        self._dirty = True
-        if self._cols is not None:
-            self._cols[0].extend(firsts[:n].tolist())
-            self._cols[1].extend(seconds[:n].tolist())
-        self._entries += n
-        self._refresh_last()
+        data = rows.tobytes()
+        fd = None
+        if self._mm is None and not self._closed:
+            # not mapped yet (a recovery rebuilding an idle partition's index): written, not mapped, so that a
+            # restart recovering thousands of partitions maps none (an mmap, page faults and a munmap each) and
+            # their pages stay out of the broker's RSS. A later mapping sees the same page cache.
+            fd = os.open(self._path, os.O_RDWR)
+        try:
+            if fd is None:
+                self._mapping().write(at, data)
+            elif os.pwrite(fd, data, at) != len(data):
+                raise OSError(errno.ENOSPC, f"short write to index {self._path}")
+            self._dirty = True
+            if self._cols is not None:
+                self._cols[0].extend(firsts[:n].tolist())
+                self._cols[1].extend(seconds[:n].tolist())
+            self._entries += n
+            with self._reading_through(fd):
+                self._refresh_last()
+        finally:
+            if fd is not None:
+                os.close(fd)
         return n
 
     def _columns(self) -> tuple[array, array]:
