@@ -14,6 +14,7 @@ kafka-recovery-point-checkpoint, kafka-log-start-offset-checkpoint, kafka-delete
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -173,16 +174,6 @@ class _DataDir:
         self.lock.release()
 
 
-def _run_here(fn: Callable[..., Log], *args: object) -> Future[Log]:
-    """`fn(*args)` run in this thread, its result or exception in a Future, as a pool would hand it back."""
-    fut: Future[Log] = Future()
-    try:
-        fut.set_result(fn(*args))
-    except Exception as exc:  # the caller handles it exactly as a pool thread's failure
-        fut.set_exception(exc)
-    return fut
-
-
 class LogManager:
     def __init__(
         self,
@@ -339,13 +330,15 @@ class LogManager:
                         if child not in worker_dirs:
                             ready.put((d, child, pool.submit(self._load_log, d, child)))
                 for _ in range(total):
+                    load: Callable[[], Log]
                     if inline is not None:
                         d, child = next(inline)
-                        fut = _run_here(self._load_log, d, child)
+                        load = functools.partial(self._load_log, d, child)  # its failures handled as a pool's
                     else:
                         d, child, fut = ready.get()
+                        load = fut.result
                     try:
-                        lg = fut.result()
+                        lg = load()
                     except OSError as exc:
                         if is_descriptor_exhaustion(exc):
                             raise LogError(f"cannot load {child}: {descriptor_advice(exc)} ({total} partition "

@@ -170,7 +170,7 @@ class Log:
         self.scheduler = scheduler
         self.clock = clock
         self._lock = threading.RLock()
-        self.segments = SegmentMap()
+        self.segments: SegmentMap  # the loader's (or the read-only opener's): no empty map built to be replaced
         self.read_only = read_only
         self._closed = False
         self._truncations = 0  # counts truncations, so a flush running outside the lock can tell one happened
