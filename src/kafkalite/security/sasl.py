@@ -21,9 +21,10 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from scramp import ScramClient, ScramMechanism  # type: ignore[import-untyped]
+if TYPE_CHECKING:  # imported on first use below: a broker or client without SCRAM never needs scramp
+    from scramp import ScramClient  # type: ignore[import-untyped]
 
 from kafkalite.error_codes import ErrorCode
 from kafkalite.security.scram import ScramCredential
@@ -147,6 +148,8 @@ class _Scram:
             return cred.salt, cred.stored_key, cred.server_key, cred.iterations
         # alphanumeric, as Kafka's (ScramFormatter.secureRandomString)
         self.s_nonce = secrets.token_hex(16)
+        from scramp import ScramMechanism
+
         self.server = ScramMechanism(mechanism).make_server(auth, s_nonce=self.s_nonce)
         self.stage = 0
 
@@ -298,6 +301,8 @@ class SaslClientExchange:
             self._scram: ScramClient | None = None
         elif mechanism in SCRAM_MECHANISMS:
             escaped = username.replace("=", "=3D").replace(",", "=2C")
+            from scramp import ScramClient
+
             self._scram = ScramClient([mechanism], escaped, password)
         else:
             raise ValueError(f"SASL mechanism {mechanism} is not supported (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")

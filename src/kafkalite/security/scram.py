@@ -17,9 +17,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scramp import ScramMechanism  # type: ignore[import-untyped]
-from scramp.core import _c_key_stored_key_s_key  # type: ignore[import-untyped]  # scramp: RFC 5802 keys
-
 # Kafka's ScramMechanism type ids (DescribeUserScramCredentials / AlterUserScramCredentials)
 MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 MECHANISM_NAMES = {v: k for k, v in MECHANISM_IDS.items()}
@@ -61,6 +58,9 @@ class ScramCredential:
     def from_salted_password(cls, mechanism: str, salt: bytes, salted_password: bytes, iterations: int
                              ) -> ScramCredential:
         """What AlterUserScramCredentials carries, turned into what the broker keeps (scramp's derivation)."""
+        from scramp import ScramMechanism  # type: ignore[import-untyped]  # on first use: SCRAM is optional
+        from scramp.core import _c_key_stored_key_s_key  # type: ignore[import-untyped]  # scramp: RFC 5802 keys
+
         hf = ScramMechanism(mechanism).hf
         _, stored_key, server_key = _c_key_stored_key_s_key(hf, salted_password)
         return cls(salt, stored_key, server_key, iterations)
@@ -77,6 +77,8 @@ def new_salt() -> bytes:
 
 def credential_for(mechanism: str, password: str, iterations: int = DEFAULT_ITERATIONS) -> ScramCredential:
     """A fresh credential for a password (tests, tools)."""
+    from scramp import ScramMechanism  # imported on first use: a broker without SCRAM users never needs it
+
     salt, stored_key, server_key, i = ScramMechanism(mechanism).make_auth_info(password, iterations, new_salt())
     return ScramCredential(salt, stored_key, server_key, i)
 
