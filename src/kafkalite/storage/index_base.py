@@ -224,7 +224,7 @@ class IndexBase:
         self._mm: FileMapping | None = None
         self._length = 0
         self._closed = False
-        self._dirty = False  # entries stored through a mapping since closed, not yet synced (see `flush`)
+        self._dirty = False  # entries stored (through a mapping or a pwrite), not yet synced (see `flush`)
         self._peeking = False  # `_read` may pread instead of mapping (see `_reading_through`)
         self._peek_fd: int | None = None  # the descriptor `_read` preads from while peeking, when one is open
         self._cols: tuple[array, array] | None = None
@@ -494,8 +494,8 @@ class IndexBase:
         self.resize(self.max_index_size)
 
     def flush(self) -> None:
-        """Sync the entries to disk: through the mapping, or, when entries written through an earlier mapping
-        were unmapped since (a resize), with an fsync of the file, which writes back the same pages."""
+        """Sync the entries to disk: through the mapping, or, when the entries were written with `pwrite` (a
+        rebuild) or through an earlier mapping unmapped since (a resize), with an fsync of the file (same pages)."""
         if self._mm is not None:
             self._mm.flush()
         elif self._dirty and not self._closed:
