@@ -911,6 +911,7 @@ class LogSegment:
         lost its tail (LogLoader cuts the log there).
         """
         last: OffsetPosition | None = None
+        opened_checked = self._offset_index is None and active_index_size is not None  # its constructor checked it
         if self._offset_index is None:
             try:  # its open tells whether it exists: no stat before it (one per segment of every log loaded)
                 if active_index_size is None:
@@ -928,7 +929,8 @@ class LogSegment:
         if not time_index_file_exists:
             self.time_index.resize(0)
         if self._offset_index is not None:
-            self._offset_index.sanity_check()
+            if not opened_checked:
+                self._offset_index.sanity_check()
             last = self._offset_index.last_entry
         claimed: int | None = None
         if last is not None:
