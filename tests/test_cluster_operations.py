@@ -264,6 +264,9 @@ def test_sigterm_moves_leadership_before_exit_and_the_cli_restores_preferred_lea
         log = cluster.brokers[victim].output()
         assert "partitions remaining to move: solo-" in log, log
         assert "Proceeding to do an unclean shutdown as all the controlled shutdown attempts failed" in log
+        # the partitions it handed away made it their follower; a broker going down does not fetch them (it would
+        # rejoin their ISRs a moment before it stops, and acks=all would wait for it until the controller saw it go)
+        assert not [ln for ln in log.splitlines() for p in led if f"Broker {victim} fetches moves-{p} " in ln], log
 
         # ElectLeaders on a broker that is not the controller: NOT_CONTROLLER for each partition (v0 and v2)
         # the controller as ZooKeeper names it: a broker's metadata may still show the one before the stop

@@ -48,6 +48,7 @@ class Leader:
         self.before_answer: Callable[[int, dict[str, Any]], None] = lambda _n, _p: None
         self.edit_records: Callable[[int, bytes], bytes] = lambda _n, data: data
         self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
 
     def append(self, batches: int, epoch: int) -> None:
         for i in range(batches):
@@ -60,6 +61,7 @@ class Leader:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = ServerConnection(1 << 20)
+        self.writers.append(writer)
         try:
             while True:
                 size = int.from_bytes(await reader.readexactly(4), "big")
@@ -90,15 +92,22 @@ class Leader:
             "responses": [{"topic": "t", "partitions": [entry]}]})
 
 
+    def drop_connections(self) -> None:
+        """What a restart does to the connections the followers hold."""
+        for w in self.writers:
+            w.close()
+        self.writers.clear()
+
+
 class Follower:
-    def __init__(self, tmp_path, leader_epoch: int = 3) -> None:
+    def __init__(self, tmp_path, leader_epoch: int = 3, backoff_ms: int = 50) -> None:
         self.log = Env().open(tmp_path / "follower" / "t-0")
         self.part = Partition("t", 0, self.log, local_broker_id=2)
         self.part.make_follower(1, leader_epoch, isr=[1, 2], replicas=[1, 2])
         self.failed: list[OSError] = []
         self.manager = ReplicaFetcherManager(
             FetcherSettings(2, wait_max_ms=20, max_bytes=ROUND_BYTES, response_max_bytes=ROUND_BYTES,
-                            backoff_ms=50),
+                            backoff_ms=backoff_ms),
             lambda t, p: self.part if (t, p) == ("t", 0) else None, lambda _t, _p, exc: self.failed.append(exc))
 
     def follow(self, port: int) -> ReplicaFetcher:
@@ -128,10 +137,11 @@ async def _caught_up(leader: Leader, follower: Follower, timeout_s: float = 20) 
             await asyncio.sleep(0.01)
 
 
-def _run(tmp_path, batches: int, test: Callable[[Leader, Follower, int], Any], leader_epoch: int = 3) -> None:
+def _run(tmp_path, batches: int, test: Callable[[Leader, Follower, int], Any], leader_epoch: int = 3,
+         backoff_ms: int = 50) -> None:
     async def main() -> None:
         leader = Leader(tmp_path, batches, leader_epoch)
-        follower = Follower(tmp_path, leader_epoch)
+        follower = Follower(tmp_path, leader_epoch, backoff_ms)
         port = await leader.start()
         try:
             await test(leader, follower, port)
@@ -178,6 +188,58 @@ def test_a_follower_behind_the_hw_fetches_ahead_and_copies_the_log_byte_for_byte
         assert follower.log.leader_epoch_cache.epoch_entries() == leader.log.leader_epoch_cache.epoch_entries()
 
     _run(tmp_path, 60, test)
+
+
+def test_a_connection_the_leader_closed_while_idle_is_reopened_without_backing_off(tmp_path):
+    """A leader restarting while a follower has nothing to fetch from it (a rolling restart moves leadership
+    away and back) closes the fetcher's idle connection; the next fetch reconnects at once, as Kafka's
+    NetworkClient does. Backing off replica.fetch.backoff.ms there held the HW (and acks=all) for a second at
+    each step of a rolling restart."""
+
+    async def test(leader: Leader, follower: Follower, port: int) -> None:
+        fetcher = follower.follow(port)
+        await _caught_up(leader, follower)
+        follower.manager.remove_partition("t", 0)  # leadership moved elsewhere: the fetcher idles, connected
+        async with asyncio.timeout(10):
+            while fetcher._stream is not None and fetcher._stream._answers:  # the last fetch's answer is in
+                await asyncio.sleep(0.01)
+            assert fetcher._stream is not None
+            leader.drop_connections()  # the leader restarts
+            while not fetcher._stream.lost_while_idle:
+                await asyncio.sleep(0.01)
+        leader.append(5, 3)
+        leader.hw = leader.log.log_end_offset
+        t = asyncio.get_running_loop().time()
+        follower.manager.add_partition(follower.part)  # it follows this partition there again
+        await _caught_up(leader, follower)
+        assert asyncio.get_running_loop().time() - t < 5  # the back-off (30 s here) was not waited
+        assert _bytes(follower.log) == _bytes(leader.log)
+
+    _run(tmp_path, 10, test, backoff_ms=30_000)
+
+
+def test_a_partition_reassigned_after_a_failed_fetch_is_fetched_without_waiting_out_the_back_off(tmp_path):
+    """A fetch that fails on the wire delays the partitions it was for by replica.fetch.backoff.ms, not the
+    fetcher: a LeaderAndIsr that makes this broker follow the restarted leader at a new epoch is acted on at once
+    (Kafka's AbstractFetcherThread delays partitions; a newly added one is not delayed)."""
+
+    async def test(leader: Leader, follower: Follower, port: int) -> None:
+        follower.follow(port)
+        await _caught_up(leader, follower)
+        leader.drop_connections()  # the leader restarts under a fetch (or between two)
+        await asyncio.sleep(0.3)
+        leader.part.make_leader(4, isr=[1, 2], replicas=[1, 2])
+        leader.append(5, 4)
+        leader.hw = leader.log.log_end_offset
+        t = asyncio.get_running_loop().time()
+        follower.part.make_follower(1, 4, isr=[1, 2], replicas=[1, 2])
+        follower.manager.add_partition(follower.part)
+        await _caught_up(leader, follower)
+        assert asyncio.get_running_loop().time() - t < 5  # the back-off (30 s here) was not waited
+        assert _bytes(follower.log) == _bytes(leader.log)
+        assert follower.log.leader_epoch_cache.epoch_entries() == leader.log.leader_epoch_cache.epoch_entries()
+
+    _run(tmp_path, 10, test, backoff_ms=30_000)
 
 
 def test_no_fetch_ahead_at_or_past_the_hw(tmp_path):

@@ -325,6 +325,7 @@ def latency_figures(sends: list[Send]) -> dict[str, float]:
         gap, p, start = max(gaps)
         out["max_ack_gap_s"] = round(gap, 2)
         # where: the partition and the gap's start, in seconds after the first send (to find it in the logs)
-        wall = time.strftime("%H:%M:%S", time.localtime(time.time() - (time.monotonic() - start)))
+        at = time.time() - (time.monotonic() - start)
+        wall = time.strftime("%H:%M:%S", time.localtime(at)) + f",{int(at * 1000) % 1000:03d}"  # as the logs
         out["max_ack_gap_at"] = f"p{p} +{start - min(s.sent_at for s in sends):.1f}s ({wall})"
     return out

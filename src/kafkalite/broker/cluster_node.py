@@ -138,6 +138,7 @@ class ClusterNode:
                                               replicas.io_failed)
         self._stopping = asyncio.Event()
         self._isr_expiration: asyncio.Task[None] | None = None
+        self._shutting_down = False  # controlled shutdown asked for: no follower of ours starts fetching
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -374,7 +375,7 @@ class ClusterNode:
                 continue
             self._apply_role(got, s)  # on the loop (see there)
             self.replicas.purgatory.wake((topic, s["partition_index"]))  # waiting produces see the new role
-            if s["leader"] != self.node_id:
+            if s["leader"] != self.node_id and not self._shutting_down:
                 self.fetchers.add_partition(got)
             codes[i] = self._became(topic, s, None)
         return codes
@@ -556,6 +557,12 @@ class ClusterNode:
         remain; then the normal shutdown goes on whatever the answer."""
         if self.single or not self.config.get("controlled.shutdown.enable"):
             return  # a cluster of one has nobody to hand its partitions to
+        # The partitions handed away make this broker their follower (the controller sends it their LeaderAndIsr,
+        # as Kafka's does); fetching then would put it back in their ISRs a moment before it stops, and acks=all
+        # would wait for a dead member until the controller drops it (a controller failover when this broker was
+        # the controller). Kafka's ZooKeeper mode has that window; KRaft closes it (KIP-841: a broker shutting
+        # down is not ISR-eligible); here the broker does not start those fetchers.
+        self._shutting_down = True
         retries = self.config.get("controlled.shutdown.max.retries")
         backoff_s = self.config.get("controlled.shutdown.retry.backoff.ms") / 1000
         succeeded = False

@@ -151,6 +151,7 @@ class _ResponseStream(asyncio.BufferedProtocol):
         self._answers: deque[asyncio.Future[dict[str, Any]]] = deque()
         self._writable: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
+        self._idle_when_lost = False
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._low_water = ReceiveLowWater()  # no wake-up per arrival while a 10 MiB answer comes in
         self._low_water.attach(transport)
@@ -169,6 +170,14 @@ class _ResponseStream(asyncio.BufferedProtocol):
         if isinstance(transport, asyncio.ReadTransport):
             transport.resume_reading()
         return stream
+
+    @property
+    def lost_while_idle(self) -> bool:
+        """The leader closed (or the socket failed) with no request of ours awaiting an answer: typically the
+        leader restarted while this fetcher had nothing to fetch from it. Nothing was lost in flight, so the
+        next request reconnects at once, as Kafka's NetworkClient does for a connection its poll found closed;
+        backing off `replica.fetch.backoff.ms` here would stall the ISR (and acks=all) at every rolling restart."""
+        return self._error is not None and self._idle_when_lost
 
     async def request(self, api: ApiKey, version: int, body: dict[str, Any]) -> dict[str, Any]:
         return await self.answer(self.send(api, version, body))
@@ -196,6 +205,7 @@ class _ResponseStream(asyncio.BufferedProtocol):
     def _fail(self, exc: BaseException) -> None:
         if self._error is None:
             self._error = exc
+            self._idle_when_lost = not self._answers
         while self._answers:
             a = self._answers.popleft()
             if not a.done():
@@ -286,6 +296,10 @@ class ReplicaFetcher:
     async def _send(self, api: ApiKey, version: int, body: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
         """Write a request (connecting first if needed); the answer is awaited with `_answer`."""
         try:
+            if self._stream is not None and self._stream.lost_while_idle:
+                log.info("Broker %d reconnects to leader %d: its idle connection was closed (%s)",
+                          self.manager.settings.node_id, self.leader_id, self._stream._error)
+                self._disconnect()
             if self._stream is None:
                 async with asyncio.timeout(self.manager.settings.socket_timeout_ms / 1000):
                     await self._connect()
@@ -322,17 +336,17 @@ class ReplicaFetcher:
                     continue
                 await self._fetch(ready)
             except _Disconnected as exc:
+                # the partitions back off, not the task: one a LeaderAndIsr (re)assigns meanwhile is fetched at
+                # once (a new PartitionFetchState), as in Kafka's AbstractFetcherThread
                 log.info("Broker %d lost its connection to leader %d at %s:%d (%s); retrying in %.1f s",
                          self.manager.settings.node_id, self.leader_id, self.host, self.port, exc, backoff)
                 self._back_off(list(self.partitions.values()))
-                await asyncio.sleep(backoff)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("The fetcher of broker %d from leader %d failed; retrying", self.manager.settings.node_id,
                               self.leader_id)
                 self._back_off(list(self.partitions.values()))
-                await asyncio.sleep(backoff)
 
     async def _idle(self, now: float) -> None:
         self.changed.clear()
