@@ -242,6 +242,30 @@ def test_a_partition_reassigned_after_a_failed_fetch_is_fetched_without_waiting_
     _run(tmp_path, 10, test, backoff_ms=30_000)
 
 
+def test_a_leader_that_has_not_applied_its_leader_and_isr_yet_is_asked_again_within_milliseconds(tmp_path):
+    """The controller sends LeaderAndIsr to the new leader and its followers at once; a follower that asks first is
+    answered UNKNOWN_LEADER_EPOCH. It asks again after 50 ms (doubling), not after replica.fetch.backoff.ms: the
+    ISR is often the leader and this follower, so the HW and every acks=all produce would wait that long."""
+
+    async def test(leader: Leader, follower: Follower, port: int) -> None:
+        follower.part.make_follower(1, 4, isr=[1, 2], replicas=[1, 2])  # epoch 4 here, the leader still at 3
+        follower.follow(port)
+        codes = []
+        leader.before_answer = lambda _n, p: codes.append(p["current_leader_epoch"])
+        await asyncio.sleep(0.5)
+        assert follower.log.log_end_offset == 0
+        assert 3 <= len(codes) <= 6  # 50 + 100 + 200 ms apart, then 400: a few, not a busy loop
+        leader.part.make_leader(4, isr=[1, 2], replicas=[1, 2])
+        leader.append(3, 4)
+        leader.hw = leader.log.log_end_offset
+        t = asyncio.get_running_loop().time()
+        await _caught_up(leader, follower)
+        assert asyncio.get_running_loop().time() - t < 5  # the back-off (30 s here) was not waited
+        assert _bytes(follower.log) == _bytes(leader.log)
+
+    _run(tmp_path, 10, test, backoff_ms=30_000)
+
+
 def test_no_fetch_ahead_at_or_past_the_hw(tmp_path):
     async def test(leader: Leader, follower: Follower, port: int) -> None:
         starts = _batch_starts(_bytes(leader.log))

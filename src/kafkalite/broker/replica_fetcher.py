@@ -5,7 +5,8 @@ sessionless Fetch request (v12: `replica_id` = this broker, `current_leader_epoc
 `log_start_offset`, fetch offset = the local log end). The answer is appended as follower (the leader's
 offsets and epochs kept, producer state rebuilt), the follower HW becomes min(leader HW, LEO) and the log
 start follows the leader's. Errors as the reference's §3.2: FENCED_LEADER_EPOCH parks the partition until
-the next LeaderAndIsr; retriable errors and lost connections back off `replica.fetch.backoff.ms`;
+the next LeaderAndIsr; retriable errors and lost connections back off `replica.fetch.backoff.ms` (a
+leader that has not applied its LeaderAndIsr yet is asked again sooner: LEADER_NOT_READY);
 KAFKA_STORAGE_ERROR or a local failure marks the partition failed (a local OSError first takes its log dir
 offline through the LogManager).
 
@@ -59,6 +60,12 @@ LIST_OFFSETS_VERSION = 7
 LATEST, EARLIEST = -1, -2
 RETRIABLE = {E.UNKNOWN_LEADER_EPOCH, E.NOT_LEADER_OR_FOLLOWER, E.UNKNOWN_TOPIC_OR_PARTITION, E.LEADER_NOT_AVAILABLE,
              E.REQUEST_TIMED_OUT, E.NOT_ENOUGH_REPLICAS, E.OFFSET_NOT_AVAILABLE}
+# The leader has not applied the LeaderAndIsr this follower already acts on: the controller sends both at once,
+# so the follower often asks first. These are retried after 50 ms, doubling per error in a row up to
+# replica.fetch.backoff.ms (Kafka waits the whole backoff, 1 s, which at every leader move held the HW and
+# acks=all for that second: the new ISR is the leader and this follower).
+LEADER_NOT_READY = {E.UNKNOWN_LEADER_EPOCH, E.NOT_LEADER_OR_FOLLOWER, E.LEADER_NOT_AVAILABLE}
+LEADER_NOT_READY_FIRST_BACKOFF_MS = 50
 
 TopicPartition = tuple[str, int]
 EndOffsetFor = Callable[[int], tuple[int, int]]
@@ -124,6 +131,7 @@ class PartitionFetchState:
     last_fetched_epoch: int = UNDEFINED_EPOCH
     truncating: bool = False  # Truncating phase: settle the log's end with the leader before fetching
     delayed_until: float = 0.0  # monotonic seconds; backoff after an error
+    not_ready_answers: int = 0  # LEADER_NOT_READY answers in a row (`_retry_soon`)
     stopped: str = ""  # why it is not fetched until the next LeaderAndIsr (fenced, failed), "" while active
 
     def ready(self, now: float) -> bool:
@@ -361,6 +369,15 @@ class ReplicaFetcher:
         for st in states:
             st.delayed_until = until
 
+    def _retry_soon(self, st: PartitionFetchState, code: int) -> None:
+        """A LEADER_NOT_READY answer: 50 ms, then doubling per such answer in a row, up to the backoff."""
+        backoff_ms = self.manager.settings.backoff_ms
+        delay_ms = min(backoff_ms, LEADER_NOT_READY_FIRST_BACKOFF_MS << min(st.not_ready_answers, 16))
+        st.not_ready_answers += 1
+        st.delayed_until = time.monotonic() + delay_ms / 1000
+        log.debug("Leader %d answered %s for %s-%d at epoch %d; asking again in %d ms", self.leader_id, _name(code),
+                  st.topic, st.partition, st.leader_epoch, delay_ms)
+
     def _current(self, st: PartitionFetchState) -> Partition | None:
         """The partition, if `st` still describes this broker's follow-ship of it (same state object, same
         leader and epoch): anything else means a LeaderAndIsr or StopReplica came while a request was out."""
@@ -495,6 +512,8 @@ class ReplicaFetcher:
             # StopReplica, a truncation, or a fetch sent ahead of an append that fell short of its offset).
             return False
         code = pr["error_code"]
+        if code not in LEADER_NOT_READY:
+            st.not_ready_answers = 0
         if code == E.NONE:
             div = pr.get("diverging_epoch") or {}
             if div.get("epoch", -1) >= 0 or div.get("end_offset", -1) >= 0:
@@ -524,6 +543,8 @@ class ReplicaFetcher:
             log.error("Leader %d has a storage error on %s-%d: the partition is marked failed", self.leader_id,
                       st.topic, st.partition)
             st.stopped = "failed"
+        elif code in LEADER_NOT_READY:
+            self._retry_soon(st, code)
         else:
             if code not in RETRIABLE:
                 log.warning("Error %s fetching %s-%d from leader %d; retrying", _name(code), st.topic, st.partition,
@@ -619,6 +640,8 @@ class ReplicaFetcher:
                     st.stopped = "fenced"
                 elif code == E.KAFKA_STORAGE_ERROR:
                     st.stopped = "failed"
+                elif code in LEADER_NOT_READY:
+                    self._retry_soon(st, code)
                 else:
                     self._back_off([st])
 
