@@ -306,7 +306,7 @@ class ReplicaFetcher:
         try:
             if self._stream is not None and self._stream.lost_while_idle:
                 log.info("Broker %d reconnects to leader %d: its idle connection was closed (%s)",
-                          self.manager.settings.node_id, self.leader_id, self._stream._error)
+                         self.manager.settings.node_id, self.leader_id, self._stream._error)
                 self._disconnect()
             if self._stream is None:
                 async with asyncio.timeout(self.manager.settings.socket_timeout_ms / 1000):
@@ -355,6 +355,7 @@ class ReplicaFetcher:
                 log.exception("The fetcher of broker %d from leader %d failed; retrying", self.manager.settings.node_id,
                               self.leader_id)
                 self._back_off(list(self.partitions.values()))
+                await asyncio.sleep(backoff)  # a bug, not the wire: never a hot loop of tracebacks
 
     async def _idle(self, now: float) -> None:
         self.changed.clear()
