@@ -239,8 +239,9 @@ class Controller:
             self._watched_topics.add(topic)
             self.store.watch_data(z.topic_path(topic), self._partition_watch(topic))
         unknown = [p for p in sorted(assignment.partitions) if (topic, p) not in self.states]
+        read = await self.store.partition_states(topic, unknown) if unknown else {}
         new = []
-        for p, state in (await self.store.partition_states(topic, unknown)).items() if unknown else ():
+        for p, state in read.items():
             if state is None:
                 new.append((topic, p))
             else:
