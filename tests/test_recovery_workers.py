@@ -108,6 +108,53 @@ def test_workers_recover_exactly_as_in_process(crashed, tmp_path):
     assert _files(b) == _files(a)  # checkpoints and clean shutdown markers too
 
 
+def test_workers_leave_the_snapshot_of_the_last_clean_shutdown_and_the_broker_replays_after_it(tmp_path):
+    """After kill -9 of a broker that had shut down cleanly before, each partition's newest snapshot is the one that
+    shutdown wrote, inside the active segment. A worker keeps it and writes none at the log end (the broker's open
+    replays the batches after it), so no `.snapshot` file is created or deleted, and the producer state, the files
+    and a retried batch's duplicate detection are what the in-process recovery gives."""
+    src = tmp_path / "src"
+    lm = _manager(src, 0)
+    last = {}
+    for p in range(PARTITIONS):
+        lm.get_or_create_log("t", p)
+
+    def produce(rounds: int, first_seq: int) -> None:
+        for p in range(PARTITIONS):
+            lg = lm.get_log("t", p)
+            for i in range(rounds):
+                batch = build_batch([SimpleRecord(b"k", b"v" * 30, T0)], producer_id=7, producer_epoch=0,
+                                    base_sequence=first_seq + i)
+                lg.append_as_leader(bytearray(batch), leader_epoch=1)
+                last[p] = batch
+
+    produce(5, 0)
+    lm.shutdown()  # a snapshot at each log end
+    lm = _manager(src, 0)
+    produce(3, 5)
+    for lg in lm.all_logs():
+        lg.close_handlers()
+    for d in lm.dirs:
+        d.release()
+    snapshots = sorted(f.relative_to(src) for f in src.rglob("*.snapshot"))
+    assert len(snapshots) == PARTITIONS
+    a, b = _copy(src, tmp_path / "a"), _copy(src, tmp_path / "b")
+    in_process = _manager(a, 0)
+    in_workers = _manager(b, 2)
+    try:
+        assert _state(in_workers) == _state(in_process)
+        assert _files(b) == _files(a)
+        assert sorted(f.relative_to(b) for f in b.rglob("*.snapshot")) == snapshots  # none written or deleted
+        for p in range(PARTITIONS):
+            for lm_ in (in_process, in_workers):
+                info = lm_.get_log("t", p).append_as_leader(bytearray(last[p]), leader_epoch=1)
+                assert info.duplicate and info.last_offset == 7
+    finally:
+        in_process.shutdown()
+        in_workers.shutdown()
+    assert _files(b) == _files(a)
+
+
 def test_a_failing_partition_takes_its_dir_offline_as_in_process(crashed, tmp_path, caplog):
     """An OSError while recovering a partition takes the whole data dir offline (Kafka's log dir failure), in
     a worker as in the broker's own threads; the error names the partition."""

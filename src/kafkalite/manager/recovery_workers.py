@@ -5,9 +5,10 @@ producer state), and threads share one core for it. With thousands of partitions
 `python -m kafkalite.manager.recovery_workers` processes (one per core but the broker's) and recovers a share
 itself (`broker_share`). Each worker gets a share of the partition directories (a partition's recovery needs
 only its own directory), recovers each one exactly as the in-process loader does (`Log(...,
-clean_shutdown=False)`), and closes it without a flush, as a clean close would: the producer snapshot at the
-log end, indexes trimmed. It answers one line per partition, so the broker then opens the directory cheaply,
-as cleanly shut down, while the workers go on with the rest; the recovery point and log start offset the
+clean_shutdown=False)`), and closes it without a flush, as a clean close would: indexes trimmed, and a producer
+snapshot at the log end unless the recovery kept one in the active segment (the broker's open replays after
+it). It answers one line per partition, so the broker then opens the directory cheaply, as cleanly shut down,
+while the workers go on with the rest; the recovery point and log start offset the
 worker found are handed back and applied, so the broker ends with the same state as after recovering in-
 process (the recovery point stays the checkpointed one, as in Kafka: recovered data is not flushed).
 
@@ -189,7 +190,11 @@ def _recover_one(directory: str, config: LogConfig, log_start: int, recovery_poi
     lg = Log(path, config, log_start_offset=log_start, recovery_point=recovery_point, clean_shutdown=False,
              dir_lock=DelegatedLock(path.parent), durable_recovery_snapshots=False)
     result = {"dir": directory, "log_start_offset": lg.log_start_offset, "recovery_point": lg.recovery_point}
-    lg.close(flush=False)  # producer snapshot at the log end, indexes trimmed: what a clean close leaves
+    # Indexes trimmed, as a clean close leaves them. A producer snapshot at the log end only if the recovery left
+    # none in the active segment: otherwise the broker's open replays the few batches after that one, which is
+    # cheaper than writing a file here and deleting the older one there (per partition, on a busy journal).
+    latest = lg.producer_state.latest_snapshot_offset
+    lg.close(flush=False, snapshot=latest is None or latest < lg.active_segment.base_offset)
     return result
 
 

@@ -1113,8 +1113,12 @@ class Log:
         if self._closed:
             raise LogError(f"log {self.dir} is closed")
 
-    def close(self, flush: bool = True) -> None:
-        """Flush (unless told not to), snapshot producer state and close every segment (trimming indexes)."""
+    def close(self, flush: bool = True, *, snapshot: bool = True) -> None:
+        """Flush (unless told not to), snapshot producer state and close every segment (trimming indexes).
+
+        `snapshot=False` is for a recovery worker whose log keeps a snapshot in its active segment: the broker
+        that opens it next replays only the batches after that snapshot (see `recovery_workers._recover_one`).
+        """
         with self._lock:
             if self._closed:
                 return
@@ -1124,7 +1128,8 @@ class Log:
             try:
                 if flush:
                     self.flush(include_active=True)
-                self.producer_state.take_snapshot()
+                if snapshot:
+                    self.producer_state.take_snapshot()
                 for seg in self.segments.values():
                     seg.close()
                 self._closed = True

@@ -140,15 +140,19 @@ class LogLoader:
         log_start = max(self.log_start_checkpoint, segments.peekitem(0)[0])
         self.leader_epoch_cache.truncate_from_start(log_start)
         self.log_start_offset = log_start
-        self._rebuild_producer_state(next_offset, reload_from_clean_shutdown=self.clean_shutdown)
+        # No snapshot at the end (Kafka writes one): the state is in memory, and a roll or the next clean shutdown
+        # writes it. After a clean shutdown one is there already; after a recovery (here or in a worker process)
+        # the newest one left describes the log up to its offset, from which a later load replays (see
+        # `_recover_segment`).
+        self._rebuild_producer_state(next_offset, reload_from_clean_shutdown=self.clean_shutdown, snapshot=False)
         return LoadedLog(segments, log_start, recovery_point,
                          LogOffsetMetadata(next_offset, active.base_offset, active.size))
 
     def _rebuild_producer_state(self, last_offset: int, *, reload_from_clean_shutdown: bool,
-                                snapshot: bool = True) -> None:
+                                snapshot: bool = True, keep_later_snapshots: bool = False) -> None:
         rebuild_producer_state(self.producer_state, self.segments, self.log_start_offset, self.clock, last_offset,
                                reload_from_clean_shutdown=reload_from_clean_shutdown, snapshot=snapshot,
-                               relist_snapshots=False)
+                               relist_snapshots=False, keep_later_snapshots=keep_later_snapshots)
 
     def _rebuild_epoch_cache(self) -> None:
         cache = self.leader_epoch_cache
@@ -264,16 +268,27 @@ class LogLoader:
                     self._recover_segment(segment)
             self.segments[base] = segment
 
-    def _recover_segment(self, segment: LogSegment) -> int:
-        """Recover one segment with producer state as of its base, as Kafka's recoverSegment does."""
-        self._rebuild_producer_state(segment.base_offset, reload_from_clean_shutdown=False, snapshot=False)
+    def _recover_segment(self, segment: LogSegment, *, snapshot: bool = True) -> int:
+        """Recover one segment with producer state as of its base, as Kafka's recoverSegment does.
+
+        Unlike Kafka's, snapshots above the base are kept through the recovery (the load deletes those above
+        the recovered end, see `ProducerStateManager.truncate_and_reload`), and `snapshot=False` (the last
+        segment recovered) writes none at its end: the state is in memory and the next roll or clean shutdown
+        writes it, while a second crash recovers this segment again from the snapshot at its base either way.
+        Kafka writes one there, so each recovery after kill -9 deleted and created a file per partition.
+        """
+        self._rebuild_producer_state(segment.base_offset, reload_from_clean_shutdown=False, snapshot=False,
+                                     keep_later_snapshots=True)
         try:
             truncated = segment.recover(self.producer_state, self.leader_epoch_cache)
         except (InvalidOffsetError, IndexOffsetOverflowError) as exc:  # not OSError: EMFILE or EIO is no reason
             log.warning("%s: could not recover segment %d (%s); emptying it", self.dir.name, segment.base_offset, exc)
             truncated = segment.log.size
             segment.truncate_to(segment.base_offset)
-        self.producer_state.take_snapshot()
+        if truncated:  # a snapshot above the cut describes records that are gone
+            self.producer_state.delete_snapshots_after(self.producer_state.map_end_offset)
+        elif snapshot:
+            self.producer_state.take_snapshot()
         return truncated
 
     def _lost_tail(self, segment: LogSegment, next_base: int) -> bool:
@@ -330,7 +345,7 @@ class LogLoader:
             for i, base in enumerate(to_recover):
                 segment = segments[base]
                 log.info("%s: recovering unflushed segment %d (%d bytes)", self.dir.name, base, segment.size)
-                truncated = self._recover_segment(segment)
+                truncated = self._recover_segment(segment, snapshot=i + 1 < len(to_recover))
                 # nothing cut, but a lost tail means what follows does not follow on: cut there all the same
                 lost_tail = not truncated and i + 1 < len(to_recover) and self._lost_tail(segment, to_recover[i + 1])
                 done += segment.size + truncated
@@ -369,12 +384,13 @@ def _next_offset_by_scan(segment: LogSegment) -> int:
 
 def rebuild_producer_state(psm: ProducerStateManager, segments: SegmentMap, log_start_offset: int, clock: Clock,
                            last_offset: int, *, reload_from_clean_shutdown: bool, snapshot: bool = True,
-                           relist_snapshots: bool = True) -> None:
+                           relist_snapshots: bool = True, keep_later_snapshots: bool = False) -> None:
     """Bring producer state to `last_offset`: from the newest usable snapshot plus a replay of the log.
 
     After a clean shutdown with no snapshot at all (an old log), empty snapshots are written instead
     of replaying everything, as Kafka does. `relist_snapshots=False`: the loader's (see
-    `ProducerStateManager.remove_stray_snapshots`).
+    `ProducerStateManager.remove_stray_snapshots`); `keep_later_snapshots`: a segment's recovery's (see
+    `ProducerStateManager.truncate_and_reload`).
     """
     bases = list(segments.keys())
     psm.note_log_start_offset(log_start_offset)
@@ -386,7 +402,7 @@ def rebuild_producer_state(psm: ProducerStateManager, segments: SegmentMap, log_
         psm.update_map_end_offset(last_offset)
         return
     now = clock.milliseconds()
-    psm.truncate_and_reload(log_start_offset, last_offset, now)
+    psm.truncate_and_reload(log_start_offset, last_offset, now, keep_later_snapshots=keep_later_snapshots)
     start = psm.map_end_offset
     if start < last_offset:
         first = max(0, segments.bisect_right(start) - 1)

@@ -431,7 +431,8 @@ class ProducerStateManager:
         self._map_end_offset = offset
         self._log_start_floor = offset
 
-    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> None:
+    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int, *,
+                            keep_later_snapshots: bool = False) -> None:
         """Make the state describe the log up to at most `log_end_offset`, from the snapshots.
 
         Snapshots outside (log start, log end] are deleted: above the end they describe truncated data,
@@ -440,20 +441,28 @@ class ProducerStateManager:
         snapshot is loaded (a corrupt one is deleted and the next older tried), without the producers
         that expired meanwhile, and the map end offset is the snapshot's offset (or the log start if
         none is left); the caller replays the log from there.
+
+        `keep_later_snapshots`: for recovery, which reloads the state as of a segment's base before it
+        knows where that segment ends. Snapshots above `log_end_offset` are then ignored, not deleted:
+        one the recovery does not cut below still describes the log exactly, and the load's final call
+        (without this flag) deletes those above the recovered end. After kill -9 this spares every
+        recovered partition the deletion of its newest snapshot and the writing of a new one.
         """
-        for o in [o for o in self._snapshots if o > log_end_offset or o <= log_start_offset]:
+        doomed = [o for o in self._snapshots if o <= log_start_offset or (o > log_end_offset and
+                                                                          not keep_later_snapshots)]
+        for o in doomed:
             self._delete_snapshot(o)
         self._log_start_floor = log_start_offset
         if log_end_offset != self._map_end_offset:
             self._producers.clear()
             self._ongoing_txns.clear()
-            self._load_from_snapshot(log_start_offset, now_ms)
+            self._load_from_snapshot(log_start_offset, log_end_offset, now_ms)
         else:
             self.on_log_start_offset_incremented(log_start_offset)
 
-    def _load_from_snapshot(self, log_start_offset: int, now_ms: int) -> None:
-        while self._snapshots:
-            offset = max(self._snapshots)
+    def _load_from_snapshot(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> None:
+        while candidates := [o for o in self._snapshots if o <= log_end_offset]:
+            offset = max(candidates)
             path = self._snapshots[offset]
             try:
                 entries = read_snapshot(path)
@@ -527,6 +536,11 @@ class ProducerStateManager:
     def delete_snapshots_before(self, offset: int) -> None:
         """Delete every snapshot strictly below `offset`."""
         for o in [o for o in self._snapshots if o < offset]:
+            self._delete_snapshot(o)
+
+    def delete_snapshots_after(self, offset: int) -> None:
+        """Delete every snapshot strictly above `offset`."""
+        for o in [o for o in self._snapshots if o > offset]:
             self._delete_snapshot(o)
 
     def remove_stray_snapshots(self, segment_base_offsets: Iterable[int], relist: bool = True) -> None:
