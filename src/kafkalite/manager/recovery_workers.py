@@ -8,9 +8,9 @@ only its own directory), recovers each one exactly as the in-process loader does
 clean_shutdown=False)`), and closes it without a flush, as a clean close would: indexes trimmed, and a producer
 snapshot at the log end unless the recovery kept one in the active segment (the broker's open replays after
 it). It answers one line per partition, so the broker then opens the directory cheaply, as cleanly shut down,
-while the workers go on with the rest; the recovery point and log start offset the
-worker found are handed back and applied, so the broker ends with the same state as after recovering in-
-process (the recovery point stays the checkpointed one, as in Kafka: recovered data is not flushed).
+while the workers go on with the rest; the recovery point and log start offset the worker found are handed back
+and applied, so the broker ends with the same state as after recovering in-process (the recovery point stays the
+checkpointed one, as in Kafka: recovered data is not flushed).
 
 The workers act for the broker, which holds the data dir's exclusive lock for as long as they run and opens
 none of their partitions until they answered: they take no lock of their own (`DelegatedLock`).
