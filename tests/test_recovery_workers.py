@@ -155,6 +155,38 @@ def test_workers_leave_the_snapshot_of_the_last_clean_shutdown_and_the_broker_re
     assert _files(b) == _files(a)
 
 
+def test_a_partition_without_any_snapshot_recovered_in_a_worker_gets_its_producer_state_from_the_log(tmp_path):
+    """A partition that never rolled and never shut down cleanly with data has no producer snapshot at all. The
+    worker writes none, and the broker's open replays the log rather than taking the state to be empty (which is
+    what a clean open without any snapshot does, for a log from before snapshots): duplicates are still found."""
+    src = tmp_path / "src"
+    lm = _manager(src, 0)
+    last = {}
+    for p in range(PARTITIONS):
+        lg = lm.get_or_create_log("t", p)
+        for i in range(4):
+            last[p] = build_batch([SimpleRecord(b"k", b"v", T0)], producer_id=9, producer_epoch=0, base_sequence=i)
+            lg.append_as_leader(bytearray(last[p]), leader_epoch=1)
+    for lg in lm.all_logs():
+        lg.close_handlers()
+    for d in lm.dirs:
+        d.release()
+    assert not list(src.rglob("*.snapshot"))
+    a, b = _copy(src, tmp_path / "a"), _copy(src, tmp_path / "b")
+    in_process = _manager(a, 0)
+    in_workers = _manager(b, 2)
+    try:
+        assert _state(in_workers) == _state(in_process)
+        assert not list(b.rglob("*.snapshot"))
+        for p in range(PARTITIONS):
+            info = in_workers.get_log("t", p).append_as_leader(bytearray(last[p]), leader_epoch=1)
+            assert info.duplicate and info.last_offset == 3
+    finally:
+        in_process.shutdown()
+        in_workers.shutdown()
+    assert _files(b) == _files(a)
+
+
 def test_a_failing_partition_takes_its_dir_offline_as_in_process(crashed, tmp_path, caplog):
     """An OSError while recovering a partition takes the whole data dir offline (Kafka's log dir failure), in
     a worker as in the broker's own threads; the error names the partition."""

@@ -405,7 +405,8 @@ class LogManager:
         point the in-process recovery would have left (the checkpointed one, or the log end below it)."""
         topic, _partition = self._tp_of(result.directory)
         lg = Log(result.directory, self._config_for(topic), log_start_offset=result.log_start_offset,
-                 clean_shutdown=True, scheduler=self.scheduler, clock=self.clock, dir_lock=d.lock)
+                 clean_shutdown=True, closed_without_snapshot=True, scheduler=self.scheduler, clock=self.clock,
+                 dir_lock=d.lock)
         lg.recovery_point = min(result.recovery_point, lg.log_end_offset)
         return lg
 

@@ -3,14 +3,14 @@
 Recovery after kill -9 is CPU-bound Python (validating every unflushed batch, rebuilding the indexes and the
 producer state), and threads share one core for it. With thousands of partitions to recover the manager starts
 `python -m kafkalite.manager.recovery_workers` processes (one per core but the broker's) and recovers a share
-itself (`broker_share`). Each worker gets a share of the partition directories (a partition's recovery needs
-only its own directory), recovers each one exactly as the in-process loader does (`Log(...,
-clean_shutdown=False)`), and closes it without a flush, as a clean close would: indexes trimmed, and a producer
-snapshot at the log end unless the recovery kept one in the active segment (the broker's open replays after
-it). It answers one line per partition, so the broker then opens the directory cheaply, as cleanly shut down,
-while the workers go on with the rest; the recovery point and log start offset the worker found are handed back
-and applied, so the broker ends with the same state as after recovering in-process (the recovery point stays the
-checkpointed one, as in Kafka: recovered data is not flushed).
+itself (`broker_share`). Each worker gets a share of the partition directories (a partition's recovery needs only
+its own directory), recovers each one exactly as the in-process loader does (`Log(..., clean_shutdown=False)`), and
+closes it without a flush and without writing a producer snapshot: indexes trimmed as a clean close leaves them,
+and the broker's open (`closed_without_snapshot`) replays the batches after the newest snapshot the recovery left,
+as the worker did. It answers one line per partition, so the broker then opens the directory cheaply, as cleanly
+shut down, while the workers go on with the rest; the recovery point and log start offset the worker found are
+handed back and applied, so the broker ends with the same state as after recovering in-process (the recovery point
+stays the checkpointed one, as in Kafka: recovered data is not flushed).
 
 The workers act for the broker, which holds the data dir's exclusive lock for as long as they run and opens
 none of their partitions until they answered: they take no lock of their own (`DelegatedLock`).
@@ -190,11 +190,10 @@ def _recover_one(directory: str, config: LogConfig, log_start: int, recovery_poi
     lg = Log(path, config, log_start_offset=log_start, recovery_point=recovery_point, clean_shutdown=False,
              dir_lock=DelegatedLock(path.parent), durable_recovery_snapshots=False)
     result = {"dir": directory, "log_start_offset": lg.log_start_offset, "recovery_point": lg.recovery_point}
-    # Indexes trimmed, as a clean close leaves them. A producer snapshot at the log end only if the recovery left
-    # none in the active segment: otherwise the broker's open replays the few batches after that one, which is
-    # cheaper than writing a file here and deleting the older one there (per partition, on a busy journal).
-    latest = lg.producer_state.latest_snapshot_offset
-    lg.close(flush=False, snapshot=latest is None or latest < lg.active_segment.base_offset)
+    # Indexes trimmed, as a clean close leaves them, but no producer snapshot: the broker's open replays the batches
+    # after the newest one left (`closed_without_snapshot`), which costs less than writing a file here and deleting
+    # the older one there, per partition, on a file system journal that thousands of them keep busy.
+    lg.close(flush=False, snapshot=False)
     return result
 
 

@@ -155,6 +155,7 @@ class Log:
         read_only: bool = False,
         dir_lock: DirLock | None = None,
         durable_recovery_snapshots: bool = True,
+        closed_without_snapshot: bool = False,
     ) -> None:
         """Open (creating if needed) and recover a partition directory for writing, under its lock.
 
@@ -163,6 +164,9 @@ class Log:
         data dir lock as `dir_lock` instead. `read_only=True` (see `open_read_only`) takes no lock and
         changes nothing on disk. `durable_recovery_snapshots=False` writes the producer snapshots of loading
         without fsync: for a caller that syncs the file system once after loading many logs.
+        `closed_without_snapshot=True` (with `clean_shutdown=True`): the directory was closed cleanly but
+        without a producer snapshot at its end (a recovery worker's close), so the producer state is replayed
+        from the newest snapshot left, or from the log start if there is none, never taken to be empty.
         """
         self.dir = as_path(directory)
         self.topic, self.partition = names.parse_topic_partition_name(self.dir.name)
@@ -187,7 +191,7 @@ class Log:
         self._dir_locks = self._take_dir_locks(dir_lock)
         try:
             self._open_for_writing(log_start_offset, recovery_point, clean_shutdown, producer_id_expiration_ms,
-                                   high_watermark, progress, durable_recovery_snapshots)
+                                   high_watermark, progress, durable_recovery_snapshots, closed_without_snapshot)
         except BaseException:
             self._release_dir_locks()
             raise
@@ -228,7 +232,8 @@ class Log:
 
     def _open_for_writing(self, log_start_offset: int, recovery_point: int, clean_shutdown: bool,
                           producer_id_expiration_ms: int, high_watermark: int | None,
-                          progress: Callable[[int, int], None] | None, durable_snapshots: bool = True) -> None:
+                          progress: Callable[[int, int], None] | None, durable_snapshots: bool = True,
+                          closed_without_snapshot: bool = False) -> None:
         clock = self.clock
         # listed once here for the loader and the producer state: each listed it for itself (four times a load)
         try:
@@ -252,7 +257,8 @@ class Log:
             self.dir, self.config, new_segment=self._new_segment, leader_epoch_cache=self.leader_epoch_cache,
             producer_state=self.producer_state, clock=clock, log_start_offset_checkpoint=log_start_offset,
             recovery_point_checkpoint=recovery_point, clean_shutdown=clean_shutdown,
-            rebuild_epoch_cache=self.rebuild_epoch_cache, progress=progress, file_names=file_names).load()
+            closed_without_snapshot=closed_without_snapshot, rebuild_epoch_cache=self.rebuild_epoch_cache,
+            progress=progress, file_names=file_names).load()
         self.producer_state.durable_snapshots = True
         self.segments = loaded.segments
         self.log_start_offset = loaded.log_start_offset
@@ -1116,8 +1122,8 @@ class Log:
     def close(self, flush: bool = True, *, snapshot: bool = True) -> None:
         """Flush (unless told not to), snapshot producer state and close every segment (trimming indexes).
 
-        `snapshot=False` is for a recovery worker whose log keeps a snapshot in its active segment: the broker
-        that opens it next replays only the batches after that snapshot (see `recovery_workers._recover_one`).
+        `snapshot=False` is for a recovery worker: the broker opens the log next with `closed_without_snapshot`
+        and replays the batches after the newest snapshot left (see `recovery_workers._recover_one`).
         """
         with self._lock:
             if self._closed:

@@ -81,6 +81,7 @@ class LogLoader:
         log_start_offset_checkpoint: int,
         recovery_point_checkpoint: int,
         clean_shutdown: bool,
+        closed_without_snapshot: bool = False,
         rebuild_epoch_cache: bool = False,
         progress: Callable[[int, int], None] | None = None,
         file_names: list[str] | None = None,
@@ -94,6 +95,7 @@ class LogLoader:
         self.log_start_checkpoint = log_start_offset_checkpoint
         self.recovery_point_checkpoint = recovery_point_checkpoint
         self.clean_shutdown = clean_shutdown
+        self.closed_without_snapshot = closed_without_snapshot  # see Log: no snapshot means replay, not "none"
         self.rebuild_epoch_cache = rebuild_epoch_cache
         self.progress = progress
         self.segments = SegmentMap()
@@ -144,7 +146,8 @@ class LogLoader:
         # writes it. After a clean shutdown one is there already; after a recovery (here or in a worker process)
         # the newest one left describes the log up to its offset, from which a later load replays (see
         # `_recover_segment`).
-        self._rebuild_producer_state(next_offset, reload_from_clean_shutdown=self.clean_shutdown, snapshot=False)
+        snapshot_at_end = self.clean_shutdown and not self.closed_without_snapshot
+        self._rebuild_producer_state(next_offset, reload_from_clean_shutdown=snapshot_at_end, snapshot=False)
         return LoadedLog(segments, log_start, recovery_point,
                          LogOffsetMetadata(next_offset, active.base_offset, active.size))
 
