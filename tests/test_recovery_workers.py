@@ -47,11 +47,16 @@ def _crashed_data_dir(path: Path) -> None:
                 lg.flush()
     lm.checkpoint_recovery_offsets()
     lm.checkpoint_log_start_offsets()
+    _as_killed(lm)
+    assert not has_clean_shutdown_marker(path)
+
+
+def _as_killed(lm: LogManager) -> None:
+    """Leave the manager's data dirs as kill -9 leaves them: no flush, no trim, no snapshot, no clean marker."""
     for lg in lm.all_logs():
-        lg.close_handlers()  # no flush, no trim, no snapshot: what a killed process leaves
+        lg.close_handlers()
     for d in lm.dirs:
         d.release()
-    assert not has_clean_shutdown_marker(path)
 
 
 def _files(path: Path) -> dict[str, bytes]:
@@ -132,23 +137,30 @@ def test_workers_leave_the_snapshot_of_the_last_clean_shutdown_and_the_broker_re
     lm.shutdown()  # a snapshot at each log end
     lm = _manager(src, 0)
     produce(3, 5)
-    for lg in lm.all_logs():
-        lg.close_handlers()
-    for d in lm.dirs:
-        d.release()
-    snapshots = sorted(f.relative_to(src) for f in src.rglob("*.snapshot"))
-    assert len(snapshots) == PARTITIONS
+    _as_killed(lm)
+    assert len(_snapshots(src)) == PARTITIONS
+    _recover_both_alike(src, tmp_path, last, 7)
+
+
+def _snapshots(path: Path) -> list[Path]:
+    return sorted(f.relative_to(path) for f in path.rglob("*.snapshot"))
+
+
+def _recover_both_alike(src: Path, tmp_path: Path, last: dict[int, bytearray], last_offset: int) -> None:
+    """Recover a copy of `src` in-process and one in two workers: the same state and files, no `.snapshot` file
+    written or deleted, and a retry of each partition's `last` batch (ending at `last_offset`) found a duplicate."""
+    snapshots = _snapshots(src)
     a, b = _copy(src, tmp_path / "a"), _copy(src, tmp_path / "b")
     in_process = _manager(a, 0)
     in_workers = _manager(b, 2)
     try:
         assert _state(in_workers) == _state(in_process)
         assert _files(b) == _files(a)
-        assert sorted(f.relative_to(b) for f in b.rglob("*.snapshot")) == snapshots  # none written or deleted
+        assert _snapshots(b) == snapshots
         for p in range(PARTITIONS):
-            for lm_ in (in_process, in_workers):
-                info = lm_.get_log("t", p).append_as_leader(bytearray(last[p]), leader_epoch=1)
-                assert info.duplicate and info.last_offset == 7
+            for lm in (in_process, in_workers):
+                info = lm.get_log("t", p).append_as_leader(bytearray(last[p]), leader_epoch=1)
+                assert info.duplicate and info.last_offset == last_offset
     finally:
         in_process.shutdown()
         in_workers.shutdown()
@@ -167,24 +179,9 @@ def test_a_partition_without_any_snapshot_recovered_in_a_worker_gets_its_produce
         for i in range(4):
             last[p] = build_batch([SimpleRecord(b"k", b"v", T0)], producer_id=9, producer_epoch=0, base_sequence=i)
             lg.append_as_leader(bytearray(last[p]), leader_epoch=1)
-    for lg in lm.all_logs():
-        lg.close_handlers()
-    for d in lm.dirs:
-        d.release()
-    assert not list(src.rglob("*.snapshot"))
-    a, b = _copy(src, tmp_path / "a"), _copy(src, tmp_path / "b")
-    in_process = _manager(a, 0)
-    in_workers = _manager(b, 2)
-    try:
-        assert _state(in_workers) == _state(in_process)
-        assert not list(b.rglob("*.snapshot"))
-        for p in range(PARTITIONS):
-            info = in_workers.get_log("t", p).append_as_leader(bytearray(last[p]), leader_epoch=1)
-            assert info.duplicate and info.last_offset == 3
-    finally:
-        in_process.shutdown()
-        in_workers.shutdown()
-    assert _files(b) == _files(a)
+    _as_killed(lm)
+    assert not _snapshots(src)
+    _recover_both_alike(src, tmp_path, last, 3)
 
 
 def test_a_failing_partition_takes_its_dir_offline_as_in_process(crashed, tmp_path, caplog):
