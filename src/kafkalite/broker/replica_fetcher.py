@@ -187,6 +187,11 @@ class _ResponseStream(asyncio.BufferedProtocol):
         backing off `replica.fetch.backoff.ms` here would stall the ISR (and acks=all) at every rolling restart."""
         return self._error is not None and self._idle_when_lost
 
+    @property
+    def error(self) -> BaseException | None:
+        """What closed the connection, or None while it is open."""
+        return self._error
+
     async def request(self, api: ApiKey, version: int, body: dict[str, Any]) -> dict[str, Any]:
         return await self.answer(self.send(api, version, body))
 
@@ -306,7 +311,7 @@ class ReplicaFetcher:
         try:
             if self._stream is not None and self._stream.lost_while_idle:
                 log.info("Broker %d reconnects to leader %d: its idle connection was closed (%s)",
-                         self.manager.settings.node_id, self.leader_id, self._stream._error)
+                         self.manager.settings.node_id, self.leader_id, self._stream.error)
                 self._disconnect()
             if self._stream is None:
                 async with asyncio.timeout(self.manager.settings.socket_timeout_ms / 1000):
