@@ -11,6 +11,9 @@ and duplicate nothing (the follower's log ends byte-identical to the leader's).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -186,6 +189,56 @@ def test_a_follower_behind_the_hw_fetches_ahead_and_copies_the_log_byte_for_byte
         assert fetcher.frame_buffers.reused >= len(offsets) - 4 and fetcher.frame_buffers.allocated <= 4
         assert offsets == sorted(offsets)  # nothing asked twice, nothing skipped back
         assert follower.log.leader_epoch_cache.epoch_entries() == leader.log.leader_epoch_cache.epoch_entries()
+        st = follower.manager.fetch_state("t", 0)
+        assert st is not None and st.appending is not None  # the rounds fetched ahead went to the append thread
+
+    _run(tmp_path, 60, test)
+
+
+def test_a_role_change_waits_for_the_write_of_records_fetched_ahead(tmp_path):
+    """Records fetched ahead are written on the manager's append thread while the event loop receives the next
+    answer. LeaderAndIsr takes a partition from its fetcher before changing its role (make_leader reads the log
+    end to start its epoch, as Kafka's waits on leaderIsrUpdateLock): that removal waits for a write in
+    progress, and nothing is written as follower after it. The write is held up by holding the follower log's
+    lock on another thread, as a long page-cache write would."""
+
+    async def test(leader: Leader, follower: Follower, port: int) -> None:
+        release = threading.Event()
+        held = threading.Event()
+
+        def hold_the_log() -> None:
+            with follower.log._lock:
+                held.set()
+                release.wait(10)
+
+        holder = threading.Thread(target=hold_the_log)
+
+        def first_fetch(n: int, _p: dict[str, Any]) -> None:  # the fetcher's truncation to its HW is done
+            if n == 0:
+                holder.start()
+                assert held.wait(5)
+
+        leader.before_answer = first_fetch
+        try:
+            follower.follow(port)
+            async with asyncio.timeout(10):  # the first answer, fetched ahead of, is on the append thread
+                while (st := follower.manager.fetch_state("t", 0)) is None or st.appending is None:
+                    await asyncio.sleep(0.005)
+            assert not st.appending.done() and follower.log.log_end_offset == 0
+            threading.Timer(0.3, release.set).start()
+            t0 = time.monotonic()
+            follower.manager.remove_partition("t", 0)
+            assert time.monotonic() - t0 > 0.2 and st.appending.done()
+        finally:
+            release.set()
+            if holder.is_alive():
+                holder.join()
+        end = follower.log.log_end_offset
+        assert end > 0  # the write finished before the removal returned
+        follower.part.make_leader(4, isr=[2], replicas=[1, 2])
+        await asyncio.sleep(0.3)  # the fetcher resumes after the write, the look-ahead's answer arrives
+        assert follower.log.log_end_offset == end
+        assert _bytes(leader.log).startswith(_bytes(follower.log))
 
     _run(tmp_path, 60, test)
 
@@ -340,7 +393,11 @@ def test_a_truncation_in_a_round_fetched_ahead_loses_and_duplicates_nothing(tmp_
 
         def truncate(n: int, p: dict[str, Any]) -> None:
             if n == 4 and fetcher.speculative_fetches >= 3:
-                # request 4 was sent ahead of the append of answer 3, which has been appended by now
+                # request 4 was sent ahead of the append of answer 3, which is appended by now (or soon: it runs
+                # on the append thread, and a truncation, the fetcher's own, never overlaps it)
+                st = follower.manager.fetch_state("t", 0)
+                assert st is not None and st.appending is not None
+                concurrent.futures.wait([st.appending])
                 cut.append(follower.log.log_end_offset)
                 target = _batch_starts(_bytes(follower.log))[2][1]
                 follower.part.truncate_to(target)
@@ -370,6 +427,9 @@ def test_a_leader_change_in_a_round_fetched_ahead_truncates_to_the_new_history(t
 
         def new_leader_epoch(n: int, p: dict[str, Any]) -> None:
             if n == 3 and fetcher.speculative_fetches >= 2 and not changed:
+                # LeaderAndIsr's first step, before the role changes: the last answer's write (on the append
+                # thread, perhaps still running) finishes, nothing more is written as a follower of epoch 3
+                follower.manager.remove_partition("t", 0)
                 starts = _batch_starts(_bytes(leader.log))
                 t = starts[5][1]
                 assert follower.log.log_end_offset > t

@@ -26,12 +26,15 @@ dropped rather than applied.
 
 While a follower catches up below the leader's HW, the next Fetch goes out before the last answer is
 appended (`ReplicaFetcher._speculate`; docs/design.md, deviations): two requests in flight, never more, and
-only where the offset it reports can move neither the leader's HW nor its ISR.
+only where the offset it reports can move neither the leader's HW nor its ISR. That append is the one log
+write off the event loop: it runs on the manager's append thread while the loop receives the next answer,
+and removing the partition from its fetcher (the first step of every role change) waits for it to finish.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import re
@@ -133,6 +136,8 @@ class PartitionFetchState:
     delayed_until: float = 0.0  # monotonic seconds; backoff after an error
     not_ready_answers: int = 0  # LEADER_NOT_READY answers in a row (`_retry_soon`)
     stopped: str = ""  # why it is not fetched until the next LeaderAndIsr (fenced, failed), "" while active
+    # an append of records fetched ahead, running on the manager's append thread (`ReplicaFetcher._fetch`)
+    appending: concurrent.futures.Future[BaseException | None] | None = None
 
     def ready(self, now: float) -> bool:
         return not self.stopped and now >= self.delayed_until
@@ -423,12 +428,13 @@ class ReplicaFetcher:
                 ahead = self._speculate(answers, sent, states)
                 if ahead is not None:
                     answer = await self._send(ApiKey.FETCH, version, ahead[0])
-                runs = ahead[2] if ahead is not None else {}
-                out_of_range = [st for (st, offset), pr in answers
-                                if self._process(st, offset, pr, runs.get((st.topic, st.partition)))]
-                for st in out_of_range:  # never with a request ahead: an error answer is not looked past
-                    await self._out_of_range(st)
-                if ahead is not None:
+                if ahead is None:
+                    out_of_range = [st for (st, offset), pr in answers if self._process(st, offset, pr)]
+                    for st in out_of_range:
+                        await self._out_of_range(st)
+                else:  # records without error below the HW only (`_speculate`): written beside the next receive
+                    for (st, offset), pr in answers:
+                        await self._append_beside(st, offset, pr, ahead[2][(st.topic, st.partition)])
                     sent = ahead[1]
         finally:
             if answer is not None:  # left with a request unanswered (cancelled, or an error on the way)
@@ -508,8 +514,7 @@ class ReplicaFetcher:
                   self.manager.settings.node_id, self.leader_id, ahead)
         return request[0], request[1], walks
 
-    def _process(self, st: PartitionFetchState, offset: int, pr: dict[str, Any],
-                 walk: FollowerRuns | None = None) -> bool:
+    def _process(self, st: PartitionFetchState, offset: int, pr: dict[str, Any]) -> bool:
         """One partition of a fetch response (ReplicaFetcherThread.processPartitionData and the error cases
         of AbstractFetcherThread.processFetchRequest); True when it needs the §4.4 out-of-range path."""
         part = self._current(st)
@@ -525,19 +530,7 @@ class ReplicaFetcher:
             if div.get("epoch", -1) >= 0 or div.get("end_offset", -1) >= 0:
                 self._truncate(st, part, div["epoch"], div["end_offset"])
                 return False
-            try:
-                self._append(st, part, pr, walk)
-            except OSError as exc:
-                self.manager.storage_failed(st, exc)
-            except CorruptRecordError as exc:
-                log.warning("Corrupt records from leader %d for %s-%d at %d (%s); fetching again", self.leader_id,
-                            st.topic, st.partition, offset, exc)
-                self._back_off([st])
-            except KafkaliteError as exc:
-                log.error("Broker %d cannot append the records of leader %d for %s-%d at %d: %s; the partition "
-                          "is marked failed", self.manager.settings.node_id, self.leader_id, st.topic, st.partition,
-                          offset, exc)
-                st.stopped = "failed"
+            self._appended(st, part, offset, pr, self._write(part, pr, None))
             return False
         if code == E.OFFSET_OUT_OF_RANGE:
             return True
@@ -558,22 +551,67 @@ class ReplicaFetcher:
             self._back_off([st])
         return False
 
-    def _append(self, st: PartitionFetchState, part: Partition, pr: dict[str, Any],
-                walk: FollowerRuns | None = None) -> None:
+    async def _append_beside(self, st: PartitionFetchState, offset: int, pr: dict[str, Any],
+                             walk: FollowerRuns) -> None:
+        """Append a partition's records fetched ahead on the manager's append thread, so that the event loop
+        receives the next answer meanwhile: the write (page-cache copy, CRC) and the receive copy each take
+        about half of the follower's CPU, and on separate cores they overlap. While the write runs, whatever
+        would change the partition's role waits for it (`ReplicaFetcherManager.remove_partition`, as Kafka's
+        follower append holds the partition's leaderIsrUpdateLock): the log is never written as follower
+        after it became leader, and nothing but that write touches it as follower meanwhile."""
+        part = self._current(st)
+        if part is None or st.fetch_offset != offset or part.log_end_offset != offset:
+            return  # as in `_process`: the state changed while the request was out
+        st.not_ready_answers = 0
+        # kept (done) until the next one: a cancelled await must not hide a write still running from the waiters
+        running = st.appending = self.manager.append_pool().submit(self._write, part, pr, walk)
+        failure = await asyncio.wrap_future(running)
+        if self._current(st) is not part:  # a LeaderAndIsr or StopReplica waited for the write: only the
+            if isinstance(failure, OSError):  # disk's failure still counts
+                self.manager.storage_failed(st, failure)
+            elif failure is not None and not isinstance(failure, KafkaliteError):
+                raise failure
+            return
+        self._appended(st, part, offset, pr, failure)
+
+    def _write(self, part: Partition, pr: dict[str, Any], walk: FollowerRuns | None) -> BaseException | None:
+        """The log write of an answer's records: what it raised (for `_appended`, on the event loop), else None.
+        Runs on the event loop or on the append thread; touches nothing but the partition's log."""
         records = pr.get("records")
         if records:
             try:
                 part.append_records_as_follower(records, self.manager.settings.max_bytes,
                                                 None if walk is None else walk.runs)
-            finally:  # a large answer goes in runs: whatever got appended before a failure counts
-                if part.log_end_offset != st.fetch_offset:
-                    st.fetch_offset = part.log_end_offset
-                    latest = part.log.latest_epoch
-                    if latest is not None and latest >= 0:
-                        st.last_fetched_epoch = latest
-        part.update_follower_high_watermark(pr["high_watermark"])
-        if pr.get("log_start_offset", -1) >= 0:
-            part.maybe_update_log_start_offset(pr["log_start_offset"])
+            except Exception as exc:  # handed to `_appended`, which re-raises what it does not expect
+                return exc
+        return None
+
+    def _appended(self, st: PartitionFetchState, part: Partition, offset: int, pr: dict[str, Any],
+                  failure: BaseException | None) -> None:
+        """After `_write`: the fetch position follows the log end (a large answer goes in runs, and whatever
+        got appended before a failure counts); then the failure's handling, or the HW and log start."""
+        if part.log_end_offset != st.fetch_offset:
+            st.fetch_offset = part.log_end_offset
+            latest = part.log.latest_epoch
+            if latest is not None and latest >= 0:
+                st.last_fetched_epoch = latest
+        if isinstance(failure, OSError):
+            self.manager.storage_failed(st, failure)
+        elif isinstance(failure, CorruptRecordError):
+            log.warning("Corrupt records from leader %d for %s-%d at %d (%s); fetching again", self.leader_id,
+                        st.topic, st.partition, offset, failure)
+            self._back_off([st])
+        elif isinstance(failure, KafkaliteError):
+            log.error("Broker %d cannot append the records of leader %d for %s-%d at %d: %s; the partition "
+                      "is marked failed", self.manager.settings.node_id, self.leader_id, st.topic, st.partition,
+                      offset, failure)
+            st.stopped = "failed"
+        elif failure is not None:
+            raise failure  # a bug: the fetcher's loop logs it and backs off, with the fetch position kept right
+        else:
+            part.update_follower_high_watermark(pr["high_watermark"])
+            if pr.get("log_start_offset", -1) >= 0:
+                part.maybe_update_log_start_offset(pr["log_start_offset"])
 
     # --- truncation (§4.3) -----------------------------------------------------------------------------
 
@@ -713,6 +751,15 @@ class ReplicaFetcherManager:
         self._storage_failed = storage_failed
         self.endpoints: dict[int, tuple[str, int]] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._append_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def append_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The one thread that writes records fetched ahead (`ReplicaFetcher._append_beside`): one is what two
+        cores can use beside the event loop, and it keeps each partition's writes in order by construction."""
+        if self._append_pool is None:
+            self._append_pool = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix=f"replica-append-{self.settings.node_id}")
+        return self._append_pool
 
     def learn_leaders(self, live_leaders: list[dict[str, Any]]) -> None:
         for ll in live_leaders:
@@ -775,14 +822,18 @@ class ReplicaFetcherManager:
         """Stop fetching a partition (it leads now, stopped replicating here, or follows another leader);
         a fetcher left without partitions stays and idles, as Kafka's until shutdownIdleFetcherThreads."""
         for f in self.fetchers.values():
-            if f.partitions.pop((topic, partition), None) is not None:
+            st = f.partitions.pop((topic, partition), None)
+            if st is not None:
                 f.changed.set()
+                _wait_for_write(st)
 
     def _close(self, leader: int) -> None:
         f = self.fetchers.pop(leader, None)
         if f is not None and f.task is not None:
             f.task.cancel()
             f._disconnect()
+            for st in f.partitions.values():  # they move to the leader's new fetcher: one writer at a time
+                _wait_for_write(st)
 
     def storage_failed(self, st: PartitionFetchState, exc: OSError) -> None:
         st.stopped = "failed"
@@ -792,6 +843,21 @@ class ReplicaFetcherManager:
     async def stop(self) -> None:
         fetchers, self.fetchers = list(self.fetchers.values()), {}
         await asyncio.gather(*(f.stop() for f in fetchers))
+        if self._append_pool is not None:  # the logs close after this: a write still running finishes first
+            self._append_pool.shutdown(wait=True, cancel_futures=True)
+            self._append_pool = None
+
+
+def _wait_for_write(st: PartitionFetchState) -> None:
+    """Block until a write of `st`'s records fetched ahead has finished: called on the event loop before a
+    partition's role changes (a few milliseconds at most, one answer's append; Kafka's makeLeader waits for
+    the follower's append the same way, on the partition's leaderIsrUpdateLock)."""
+    running = st.appending
+    if running is not None and not running.done():
+        t0 = time.monotonic()
+        concurrent.futures.wait([running])
+        log.debug("Waited %.1f ms for the follower write of %s-%d to finish", (time.monotonic() - t0) * 1000,
+                  st.topic, st.partition)
 
 
 def _name(code: int) -> str:
