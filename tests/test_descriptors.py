@@ -76,8 +76,9 @@ def index_mappings(directory) -> list[str]:
 
 @pytest.mark.skipif(not os.path.isfile("/proc/self/maps"), reason="reads mappings through /proc")
 def test_idle_partitions_map_no_index_until_one_is_used(tmp_path):
-    """Loaded logs keep their active indexes unmapped (preallocated on disk as Kafka does) until an entry is
-    read or written: a broker with thousands of idle partitions then holds no mapping for them."""
+    """Loaded logs keep their active indexes unopened and unmapped until an entry is read or written, and only
+    then grow them to their preallocated size: a broker with thousands of idle partitions holds no mapping
+    for them and its restart resizes no file of theirs (Kafka resizes the active indexes at load)."""
     lm = LogManager([tmp_path], scheduler=MockScheduler(MockClock(T0)))
     for p in range(20):
         lg = lm.get_or_create_log("t", p)
@@ -89,8 +90,10 @@ def test_idle_partitions_map_no_index_until_one_is_used(tmp_path):
         assert index_mappings(tmp_path) == []
         lg = lm.get_log("t", 3)
         index_path = lg.active_segment.offset_index_path
-        assert os.path.getsize(index_path) == lg.config.segment_index_bytes  # preallocated, as after Kafka's load
+        time_index_path = lg.active_segment.time_index_path
+        assert os.path.getsize(index_path) == 8 and os.path.getsize(time_index_path) == 12  # as the shutdown left them
         assert lg.read(1, 10_000).size > 0  # a fetch looks its offset up
+        assert os.path.getsize(index_path) == lg.config.segment_index_bytes  # preallocated at its first use
         for i in range(2):  # the second gets an index entry
             lg.append_as_leader(build_batch([SimpleRecord(b"k", b"v" * 5000, T0 + 9 + i)]))
         mapped = index_mappings(tmp_path)
@@ -101,6 +104,8 @@ def test_idle_partitions_map_no_index_until_one_is_used(tmp_path):
     lm = LogManager([tmp_path], scheduler=MockScheduler(MockClock(T0)))
     try:
         lg = lm.get_log("t", 3)
+        assert lg.log_end_offset == 5  # found from the entry the load's check read, with no index opened
+        assert index_mappings(tmp_path) == [] and lg.active_segment._offset_index is None
         assert lg.active_segment.offset_index.entries == 2  # both entries survived unmapping and the restart
         assert [r.offset for r in records_in(lg)] == [0, 1, 2, 3, 4]
         assert lg.read(4, 10_000).size > 0

@@ -60,8 +60,18 @@ def _as_killed(lm: LogManager) -> None:
 
 
 def _files(path: Path) -> dict[str, bytes]:
-    return {str(f.relative_to(path)): f.read_bytes() for f in sorted(path.rglob("*"))
+    """Every file's bytes, an index's without the all-zero entries of its preallocated tail: an active segment
+    recovered in-process has its indexes open and grown, one a worker recovered grows them at first use."""
+    return {str(f.relative_to(path)): _without_preallocation(f.name, f.read_bytes()) for f in sorted(path.rglob("*"))
             if f.is_file() and f.name != ".lock"}
+
+
+def _without_preallocation(name: str, data: bytes) -> bytes:
+    width = 8 if name.endswith(".index") else 12 if name.endswith(".timeindex") else 0
+    if not width:
+        return data
+    used = len(data.rstrip(b"\0"))
+    return data[:-(-used // width) * width]  # whole entries up to the last non-zero byte
 
 
 def _state(lm: LogManager) -> dict:

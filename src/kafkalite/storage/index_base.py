@@ -211,12 +211,7 @@ class IndexBase:
 
     def __init__(
         self, path: Path | str, base_offset: int, max_index_size: int = 10485760, writable: bool = True,
-        *, checked_size: int | None = None,
     ) -> None:
-        """`checked_size`: open an existing file (FileNotFoundError otherwise) for what a log load does with its
-        active segment's indexes, through one descriptor: Kafka's sanity check (CorruptIndexError, the file left
-        as it was), then the length `checked_size` (the active segment's preallocation). Three opens of each of
-        the two files became one: ~10 system calls of the ~45 a clean load makes per partition."""
         self._path = as_path(path)
         self.base_offset = base_offset
         self.max_index_size = max_index_size
@@ -229,9 +224,7 @@ class IndexBase:
         self._peek_fd: int | None = None  # the descriptor `_read` preads from while peeking, when one is open
         self._cols: tuple[array, array] | None = None
         created = False
-        if checked_size is not None:
-            fd = os.open(self._path, os.O_RDWR)
-        elif writable:
+        if writable:
             # the file exists when a log is loaded (most opens), not when a segment is rolled
             try:
                 fd = os.open(self._path, os.O_RDWR)
@@ -254,9 +247,6 @@ class IndexBase:
             self._entries = 0 if created else self.max_entries
             with self._reading_through(fd):
                 self._refresh_last()
-                if checked_size is not None:
-                    self.sanity_check()
-                    self._set_length(fd, round_down(checked_size, self.entry_size))
         finally:
             os.close(fd)
 

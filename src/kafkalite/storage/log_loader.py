@@ -135,8 +135,7 @@ class LogLoader:
             segments[start] = self.new_segment(start)
             next_offset = start
         active = segments.last_segment
-        active.offset_index.resize(self.config.segment_index_bytes)
-        active.time_index.resize(self.config.segment_index_bytes)
+        active.preallocate_indexes()  # at first use when not open yet (Kafka's LazyIndex)
         recovery_point = next_offset if self.clean_shutdown else min(self.recovery_point_checkpoint, next_offset)
         self.leader_epoch_cache.truncate_from_end(next_offset)
         log_start = max(self.log_start_checkpoint, segments.peekitem(0)[0])
@@ -244,17 +243,13 @@ class LogLoader:
         # but not recovered twice (Kafka does both, which doubles the work of a restart after kill -9).
         below = [b for b in bases if b <= self.recovery_point_checkpoint]
         recovered_from = None if self.clean_shutdown else (below[-1] if below else (bases[0] if bases else None))
-        # after a clean shutdown the last segment stays the active one (bar a lost tail or a checkpoint past the
-        # end, rare): its indexes are checked and preallocated through one open each (`load` would resize them)
-        active = bases[-1] if bases and self.clean_shutdown else None
         for base in bases:
             recovered_later = recovered_from is not None and base >= recovered_from
             prefix = names.filename_prefix_from_offset(base)
             segment = self.new_segment(base, new_file=False)
             try:
-                claimed = segment.sanity_check(
-                    prefix + names.TIME_INDEX_SUFFIX in files, prefix + names.TXN_INDEX_SUFFIX in files,
-                    self.config.segment_index_bytes if base == active else None)
+                claimed = segment.sanity_check(prefix + names.TIME_INDEX_SUFFIX in files,
+                                               prefix + names.TXN_INDEX_SUFFIX in files)
                 if claimed is not None:
                     self._index_claims[base] = claimed
             except FileNotFoundError:

@@ -238,6 +238,11 @@ class LogSegment:
         self._suffix = file_suffix
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
+        # Kafka's LazyIndex: the indexes open on first use; the active segment's then grow to max_index_size
+        # (`preallocate_indexes`), and until then the load's check of the offset index keeps its last entry
+        self._preallocate_on_open = False
+        self._checked = False
+        self._checked_last: OffsetPosition | None = None
         self.txn_index = TransactionIndex(base_offset, names.txn_index_file(self.dir, base_offset, file_suffix))
         self.created_ms = clock.milliseconds()
         self.rolling_based_timestamp: int | None = None
@@ -289,13 +294,29 @@ class LogSegment:
     def offset_index(self) -> OffsetIndex:
         if self._offset_index is None:
             self._offset_index = OffsetIndex(self.offset_index_path, self.base_offset, self.max_index_size)
+            if self._preallocate_on_open:
+                self._offset_index.resize(self.max_index_size)
         return self._offset_index
 
     @property
     def time_index(self) -> TimeIndex:
         if self._time_index is None:
             self._time_index = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size)
+            if self._preallocate_on_open:
+                self._time_index.resize(self.max_index_size)
         return self._time_index
+
+    def preallocate_indexes(self) -> None:
+        """The active segment's indexes get their full size (appends store into the preallocated tail): now
+        for an index already open, at its first use for one not opened yet. A broker with thousands of
+        partitions then opens, grows and trims only the indexes of the partitions that are written or read,
+        as Kafka's LazyIndex does; a restart no longer pays two file-size changes per partition."""
+        self._preallocate_on_open = True
+        if not self._checked:  # files the load did not check on disk (a new segment): made now, as Kafka's load
+            _ = self.offset_index, self.time_index
+        for idx in (self._offset_index, self._time_index):
+            if idx is not None:
+                idx.resize(self.max_index_size)
 
     @property
     def size(self) -> int:
@@ -563,8 +584,12 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """The offset after the last batch in the segment (the base offset when empty)."""
-        # the index's last entry is kept in memory: finding it maps nothing (a load reads this for every log)
-        position = self._checked_position(self.offset_index.last_entry)
+        # the index's last entry is kept in memory: finding it maps nothing (a load reads this for every log); before
+        # the index is opened, the load's check has read that entry and judged it against the `.log` already
+        if self._offset_index is None and self._checked:
+            position = 0 if self._checked_last is None else self._checked_last.position
+        else:
+            position = self._checked_position(self.offset_index.last_entry)
         next_offset = self.base_offset
         for h in self.log.batch_headers(position):
             next_offset = h.last_offset + 1
@@ -894,8 +919,7 @@ class LogSegment:
             self._max_ts_and_offset = self._load_max_timestamp()
         return removed
 
-    def sanity_check(self, time_index_file_exists: bool, txn_index_file_exists: bool = True,
-                     active_index_size: int | None = None) -> int | None:
+    def sanity_check(self, time_index_file_exists: bool, txn_index_file_exists: bool = True) -> int | None:
         """Load-time check: the offset index must exist and be sane; the txn index must be sane.
 
         Kafka 2.3+ checks only that the offset index exists and trusts its content. Here Kafka's
@@ -904,21 +928,17 @@ class LogSegment:
         of the `.log` that starts at or before its offset: that costs one 61-byte read, and catches
         garbage appended to an index or a stray swap file renamed over it, which Kafka would trust
         and then skip data with; such an index is rebuilt on the spot. A CorruptIndexError (Kafka's
-        checks) makes the loader recover the segment, as in Kafka.
+        checks) makes the loader recover the segment, as in Kafka. The files are read, not opened as
+        indexes (that waits for their first use, `offset_index`).
 
         Returns the offset of the last entry of an offset index rebuilt here (None otherwise): the index
         saw that offset in the `.log`, so if the `.log` now ends before it and before the next segment, it
         lost its tail (LogLoader cuts the log there).
         """
         last: OffsetPosition | None = None
-        opened_checked = self._offset_index is None and active_index_size is not None  # its constructor checked it
         if self._offset_index is None:
             try:  # its open tells whether it exists: no stat before it (one per segment of every log loaded)
-                if active_index_size is None:
-                    last = OffsetIndex.check_file(self.offset_index_path, self.base_offset)
-                else:
-                    self._offset_index = OffsetIndex(self.offset_index_path, self.base_offset, self.max_index_size,
-                                                     checked_size=active_index_size)
+                last = OffsetIndex.check_file(self.offset_index_path, self.base_offset)
                 missing = False
             except FileNotFoundError:
                 missing = True
@@ -929,9 +949,10 @@ class LogSegment:
         if not time_index_file_exists:
             self.time_index.resize(0)
         if self._offset_index is not None:
-            if not opened_checked:
-                self._offset_index.sanity_check()
+            self._offset_index.sanity_check()
             last = self._offset_index.last_entry
+        else:
+            self._checked, self._checked_last = True, last
         claimed: int | None = None
         if last is not None:
             problem = self._entry_problem(last.offset, last.position)
@@ -942,9 +963,6 @@ class LogSegment:
                 claimed = last.offset
         if self._time_index is not None:
             self._time_index.sanity_check()
-        elif active_index_size is not None:
-            self._time_index = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size,
-                                         checked_size=active_index_size)
         else:
             TimeIndex.check_file(self.time_index_path, self.base_offset)
         if txn_index_file_exists:
