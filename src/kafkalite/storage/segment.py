@@ -309,8 +309,8 @@ class LogSegment:
     def preallocate_indexes(self) -> None:
         """The active segment's indexes get their full size (appends store into the preallocated tail): now
         for an index already open, at its first use for one not opened yet. A broker with thousands of
-        partitions then opens, grows and trims only the indexes of the partitions that are written or read,
-        as Kafka's LazyIndex does; a restart no longer pays two file-size changes per partition."""
+        partitions then opens, grows and trims only the indexes of the partitions that are written or read;
+        Kafka's load opens and grows every active index, two file-size changes per partition and restart."""
         self._preallocate_on_open = True
         if not self._checked:  # files the load did not check on disk (a new segment): made now, as Kafka's load
             _ = self.offset_index, self.time_index
@@ -642,6 +642,7 @@ class LogSegment:
 
     def on_become_inactive_segment(self) -> None:
         """A rolled segment gets its final time-index entry and loses its preallocated tails."""
+        self._preallocate_on_open = False
         ts, offset = self.max_timestamp_and_offset_so_far
         self.time_index.maybe_append(ts, offset, skip_full_check=True)
         self.offset_index.trim_to_valid_size()
