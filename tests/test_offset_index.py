@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkalite.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
+from kafkalite.storage.index_base import peek_file
 from kafkalite.storage.offset_index import OffsetIndex, OffsetPosition
 
 _names = itertools.count()
@@ -461,3 +462,17 @@ def test_position_past_2gib_is_a_clear_error(tmp_path):
     assert idx.lookup(5).position == 2**31 - 1
     idx.release_cache()
     assert idx.lookup(5).position == 2**31 - 1
+
+
+@fixture_ok
+@given(length=st.one_of(st.integers(0, 200), st.integers(8150, 8250), st.integers(8250, 40_000)),
+       entry_size=st.sampled_from([8, 12]), seed=st.integers(0, 2**32 - 1))
+def test_peek_file_reads_length_first_and_last_whole_entry_of_any_file(tmp_path, length, entry_size, seed):
+    """`peek_file` (the load's index check) reads a small file with one read and a larger one in pieces; both
+    give the file's length, its first entry and its last whole one, around the one-read limit too."""
+    data = random.Random(seed).randbytes(length)
+    path = fresh(tmp_path)
+    path.write_bytes(data)
+    whole = length - length % entry_size
+    expected = (length, b"", b"") if whole == 0 else (length, data[:entry_size], data[whole - entry_size:whole])
+    assert peek_file(path, entry_size) == expected

@@ -176,6 +176,9 @@ class FileMapping:
                 self._addr = None
 
 
+_PEEK_BYTES = 8192  # an index of up to ~1,000 entries (most active segments' after a clean shutdown) in one read
+
+
 def peek_file(path: Path, entry_size: int) -> tuple[int, bytes, bytes]:
     """(length, first entry, last entry) of an index file, read without mapping it.
 
@@ -185,11 +188,13 @@ def peek_file(path: Path, entry_size: int) -> tuple[int, bytes, bytes]:
     """
     fd = os.open(path, os.O_RDONLY)
     try:
+        head = os.pread(fd, _PEEK_BYTES, 0)
+        if len(head) < _PEEK_BYTES:  # a read of a regular file comes back short only at its end: the whole file
+            length = len(head)
+            whole = round_down(length, entry_size)
+            return (length, b"", b"") if whole == 0 else (length, head[:entry_size], head[whole - entry_size:whole])
         length = os.fstat(fd).st_size
-        whole = round_down(length, entry_size)
-        if whole == 0:
-            return length, b"", b""
-        return length, os.pread(fd, entry_size, 0), os.pread(fd, entry_size, whole - entry_size)
+        return length, head[:entry_size], os.pread(fd, entry_size, round_down(length, entry_size) - entry_size)
     finally:
         os.close(fd)
 
