@@ -564,7 +564,7 @@ class ReplicaFetcher:
             return  # as in `_process`: the state changed while the request was out
         st.not_ready_answers = 0
         # kept (done) until the next one: a cancelled await must not hide a write still running from the waiters
-        running = st.appending = self.manager.append_pool().submit(self._write, part, pr, walk)
+        running = st.appending = self.manager.append_pool().submit(self._write_taken, part, [pr], walk)
         failure = await asyncio.wrap_future(running)
         if self._current(st) is not part:  # a LeaderAndIsr or StopReplica waited for the write: only the
             if isinstance(failure, OSError):  # disk's failure still counts
@@ -573,6 +573,12 @@ class ReplicaFetcher:
                 raise failure
             return
         self._appended(st, part, offset, pr, failure)
+
+    def _write_taken(self, part: Partition, taken: list[dict[str, Any]], walk: FollowerRuns) -> BaseException | None:
+        """`_write` on the append thread. The answer is taken out of `taken`: the pool's work item keeps its
+        arguments until its thread gets round to dropping it, which may be after the event loop has already gone on
+        to the next answer, and a view of the frame held there would keep its buffer from being reused."""
+        return self._write(part, taken.pop(), walk)
 
     def _write(self, part: Partition, pr: dict[str, Any], walk: FollowerRuns | None) -> BaseException | None:
         """The log write of an answer's records: what it raised (for `_appended`, on the event loop), else None.
