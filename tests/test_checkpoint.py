@@ -550,3 +550,39 @@ def test_sync_file_system_syncs_or_names_the_path(tmp_path: Path) -> None:
     sync_file_system(tmp_path)
     with pytest.raises(OSError, match="missing"):
         sync_file_system(tmp_path / "missing")
+
+
+def test_repeated_small_content_is_parsed_once_but_every_reader_gets_its_own_entries(tmp_path: Path) -> None:
+    """Loading reads thousands of identical epoch files and partition.metadata: their parse is kept by content.
+    Each read still returns a list of its own, a malformed file is reported with its own path every time, and
+    the same bytes mean different things in files of different formats."""
+    from kafkalite.storage import checkpoint
+
+    epochs = [LeaderEpochCheckpointFile(tmp_path / f"p{i}" / LEADER_EPOCH_CHECKPOINT_FILE) for i in range(2)]
+    for f in epochs:
+        f.path.parent.mkdir()
+        f.path.write_bytes(b"0\n2\n0 0\n3 17\n")
+    first = epochs[0].read()
+    first.append(EpochEntry(9, 99))  # the caller's list is the caller's
+    assert epochs[1].read() == [EpochEntry(0, 0), EpochEntry(3, 17)]
+    assert epochs[0].read() == [EpochEntry(0, 0), EpochEntry(3, 17)]
+    # valid as an epoch file, not as an offset checkpoint (three fields a line)
+    offsets = OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT_FILE)
+    offsets.path.write_bytes(b"0\n2\n0 0\n3 17\n")
+    with pytest.raises(CheckpointError, match=re.escape(str(offsets.path))):
+        offsets.read()
+    for f in epochs:  # the same malformed bytes in two files: each error names its own file
+        f.path.write_bytes(b"0\n1\n0 x\n")
+        with pytest.raises(CheckpointError, match=re.escape(str(f.path))):
+            f.read()
+    tid = uuid.uuid4()
+    text = encode_partition_metadata(tid)
+    assert decode_partition_metadata(text, "a") == decode_partition_metadata(text, "b") == tid
+    bad = text.replace(b"version: 0", b"version: 7")
+    for source in ("first-partition", "second-partition"):
+        with pytest.raises(CheckpointError, match=source):
+            decode_partition_metadata(bad, source)
+    # bounded: a start-up aid, not a cache of every file ever read
+    for i in range(checkpoint._MEMO_ENTRIES + 10):
+        epochs[0].decode(f"0\n1\n{i} {i}\n".encode())
+    assert len(checkpoint._DECODED) <= checkpoint._MEMO_ENTRIES

@@ -84,6 +84,7 @@ class Broker:
         self.config = config
         self.logs: LogManager | None = None
         self.replicas: ReplicaManager | None = None
+        self._registry: MetadataStore | None = None  # read before the logs load (their configs), then kept
         self.admin: TopicAdmin | None = None
         self.apis: KafkaApis | None = None
         self.coordinator: Any = None
@@ -147,7 +148,7 @@ class Broker:
         gc.freeze()
         # kafkalite-metadata.json is the single broker's cluster store (LocalStore): the registry of hosted
         # topics is then only this broker's view of it; with ZooKeeper it is this broker's own file.
-        registry = MetadataStore(self.logs.dirs[0].path, persist=bool(cfg.get("zookeeper.connect")))
+        registry = self._registry or MetadataStore(self.logs.dirs[0].path, persist=self._persists_registry())
         self.replicas = ReplicaManager(cfg, self.logs, registry)
         # Roles come from the controller's LeaderAndIsr in both modes, which also creates missing logs.
         self.replicas.leads_all_local_logs = False
@@ -182,10 +183,14 @@ class Broker:
                     ", ".join(f"{h}:{p}" for h, p in self.addresses()),
                     ", ".join(str(d) for d in cfg.log_dirs), len(self.logs.logs))
 
+    def _persists_registry(self) -> bool:
+        return bool(self.config.get("zookeeper.connect"))
+
     def _saved_configs(self) -> dict[str, dict[str, object]]:
-        """Topic overrides must be known before the logs load, so their configs apply from the start."""
+        """Topic overrides must be known before the logs load, so their configs apply from the start. The
+        registry read for them is the broker's (the file is read once: with 10,000 partitions it is ~3 MB)."""
         try:
-            store = MetadataStore(self.config.log_dirs[0])
+            store = self._registry = MetadataStore(self.config.log_dirs[0], persist=self._persists_registry())
         except Exception:  # the store reports a malformed file again, with advice, once the dir is locked
             return {}
         return {name: dict(t.configs) for name, t in store.topics.items() if t.configs}

@@ -251,10 +251,13 @@ class LogManager:
                 remove_clean_shutdown_marker(d.path)
             d.rp = d.recovery_points.read_or_empty()
             d.ls = d.log_starts.read_or_empty()
-            for child in sorted(d.path.iterdir()):
-                if not child.is_dir() or child.name.startswith("."):  # hidden dirs belong to tools, not Kafka
+            # scandir gives each entry's type with the listing: no stat per partition directory
+            with os.scandir(d.path) as entries:
+                dir_names = sorted(e.name for e in entries if e.is_dir())
+            for name in dir_names:
+                if name.startswith("."):  # hidden dirs belong to tools, not Kafka
                     continue
-                name = child.name
+                child = d.path / name
                 if name.endswith(names.DELETE_DIR_SUFFIX):
                     self.logs_to_delete.append((child, self.clock.milliseconds()))
                     continue

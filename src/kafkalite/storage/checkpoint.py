@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from kafkalite.errors import KafkaStorageError
 from kafkalite.storage.leader_epoch import EpochEntry
@@ -37,6 +37,8 @@ TopicPartition = tuple[str, int]
 T = TypeVar("T")
 T_in = TypeVar("T_in")
 T_out = TypeVar("T_out")
+K = TypeVar("K")
+V = TypeVar("V")
 
 TMP_SUFFIX = ".tmp"
 
@@ -242,6 +244,22 @@ class EntryFormat(Generic[T]):
     parse: Callable[[list[str]], T]
 
 
+# Loading reads a leader-epoch checkpoint and a partition.metadata in every partition directory, and those small
+# files repeat: every partition of a topic has the same topic id, and partitions led since the same epoch the same
+# epoch file. Their parse (lines, numbers, base64, the checks) is kept by content; only well-formed content is kept
+# (a malformed file is parsed, and reported with its path, every time), and the entries kept are immutable.
+_MEMO_BYTES = 128
+_MEMO_ENTRIES = 4096
+_DECODED: dict[tuple[int, int, bytes], tuple[object, ...]] = {}
+_TOPIC_IDS: dict[bytes, uuid.UUID] = {}
+
+
+def _memo(memo: dict[K, V], key: K, value: V) -> None:
+    if len(memo) >= _MEMO_ENTRIES:
+        memo.clear()  # a start-up aid, not a store: bounded, and refilled by what repeats
+    memo[key] = value
+
+
 class CheckpointFile(Generic[T]):
     """A versioned text file of entries: `version\\n count\\n entry\\n...` (Kafka's CheckpointFile).
 
@@ -271,6 +289,17 @@ class CheckpointFile(Generic[T]):
         """Parse checkpoint bytes; anything but a complete, well-formed file is a CheckpointError."""
         if not data:
             return []  # Kafka creates the file empty before the first write
+        small = len(data) <= _MEMO_BYTES
+        if small:
+            known = _DECODED.get((self.version, id(self._format), data))
+            if known is not None:
+                return cast("list[T]", list(known))
+        entries = self._decode(data)
+        if small:
+            _memo(_DECODED, (self.version, id(self._format), data), tuple(entries))
+        return entries
+
+    def _decode(self, data: bytes) -> list[T]:
         lines = self._lines(data)
         self._check_version(lines[0])
         if len(lines) < 2:
@@ -499,6 +528,16 @@ def encode_partition_metadata(topic_id: uuid.UUID) -> bytes:
 
 def decode_partition_metadata(data: bytes, source: object = PARTITION_METADATA_FILE) -> uuid.UUID:
     """The topic id; a CheckpointError for anything but Kafka's two-line, version-0 text."""
+    known = _TOPIC_IDS.get(data)
+    if known is not None:
+        return known
+    value = _decode_partition_metadata(data, source)
+    if len(data) <= _MEMO_BYTES:
+        _memo(_TOPIC_IDS, data, value)
+    return value
+
+
+def _decode_partition_metadata(data: bytes, source: object) -> uuid.UUID:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
