@@ -189,6 +189,7 @@ class Broker:
     def _saved_configs(self) -> dict[str, dict[str, object]]:
         """Topic overrides must be known before the logs load, so their configs apply from the start. The
         registry read for them is the broker's (the file is read once: with 10,000 partitions it is ~3 MB)."""
+        self._registry = None
         try:
             store = self._registry = MetadataStore(self.config.log_dirs[0], persist=self._persists_registry())
         except Exception:  # the store reports a malformed file again, with advice, once the dir is locked
