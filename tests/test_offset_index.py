@@ -476,3 +476,38 @@ def test_peek_file_reads_length_first_and_last_whole_entry_of_any_file(tmp_path,
     whole = length - length % entry_size
     expected = (length, b"", b"") if whole == 0 else (length, data[:entry_size], data[whole - entry_size:whole])
     assert peek_file(path, entry_size) == expected
+
+
+def test_threads_racing_to_the_first_use_of_an_index_map_it_once(tmp_path):
+    """Indexes are mapped at their first use, which a fetch's lookup and an append (or, after kill -9, eight
+    loading threads) may reach together: each index gets one mapping whatever the race, while the locks that
+    ensure it are shared by stripes of indexes, not one for all."""
+    import threading
+
+    path = tmp_path / "7.index"
+    idx = OffsetIndex(path, 7, 4096)
+    for i in range(10):
+        idx.append(8 + i, 100 * i)
+    idx.trim_to_valid_size()
+    idx.close()
+    threads_n = 8
+    for _round in range(40):
+        indexes = [OffsetIndex(path, 7, 4096) for _ in range(3)]  # not mapped until used
+        barrier = threading.Barrier(threads_n)
+        seen: list[list[tuple[object, OffsetPosition | None]]] = [[] for _ in indexes]
+
+        def first_use(k: int, barrier=barrier, indexes=indexes, seen=seen) -> None:
+            barrier.wait()
+            for j, ix in enumerate(indexes[k % 3:] + indexes[:k % 3]):
+                seen[(j + k % 3) % 3].append((ix._mapping(), ix.lookup(12)))
+
+        workers = [threading.Thread(target=first_use, args=(k,)) for k in range(threads_n)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        for got in seen:
+            assert len(got) == threads_n and all(m is got[0][0] for m, _ in got)
+            assert {found for _, found in got} == {OffsetPosition(12, 400)}
+        for ix in indexes:
+            ix.close()

@@ -83,7 +83,10 @@ def _load_libc() -> ctypes.CDLL | None:
 
 
 _LIBC = _load_libc()
-_LAZY_MAP_LOCK = threading.Lock()
+# Mapping an index at its first use happens once per index; the locks that make it once are shared by stripes,
+# not one for all: a restart after kill -9 maps thousands of indexes from eight threads, and one lock, held
+# across the open and mmap system calls (and so across waits for the GIL), made them queue for each other.
+_LAZY_MAP_LOCKS = tuple(threading.Lock() for _ in range(64))
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _MS_SYNC = 4  # Linux
 
@@ -315,7 +318,8 @@ class IndexBase:
         saves two mmaps and about 2 KiB each. After close this raises ValueError, as a closed mapping does."""
         mm = self._mm
         if mm is None:
-            with _LAZY_MAP_LOCK:  # a fetch's lookup and an append may both come first: map once
+            # a fetch's lookup and an append may both come first: map once (objects are 16-byte aligned)
+            with _LAZY_MAP_LOCKS[(id(self) >> 4) % len(_LAZY_MAP_LOCKS)]:
                 if self._mm is None:
                     if self._closed or self._length == 0:
                         raise ValueError(f"index {self._path} is closed")

@@ -248,8 +248,11 @@ class LogLoader:
             prefix = names.filename_prefix_from_offset(base)
             segment = self.new_segment(base, new_file=False)
             try:
+                # the time index of a segment recovered below is rebuilt there: not checked (after kill -9 the
+                # active one always looks corrupt, its preallocated zeros read as a last timestamp of 0)
                 claimed = segment.sanity_check(prefix + names.TIME_INDEX_SUFFIX in files,
-                                               prefix + names.TXN_INDEX_SUFFIX in files)
+                                               prefix + names.TXN_INDEX_SUFFIX in files,
+                                               check_time_index=not recovered_later)
                 if claimed is not None:
                     self._index_claims[base] = claimed
             except FileNotFoundError:
@@ -259,7 +262,6 @@ class LogLoader:
                 if not recovered_later:
                     self._recover_segment(segment)
             except CorruptIndexError as exc:
-                # WARN as in Kafka: after a crash the active segment's preallocated index always looks like this
                 log.warning("%s: found a corrupted index file of segment %d (%s); rebuilding it",
                             self.dir.name, base, exc)
                 if not recovered_later:

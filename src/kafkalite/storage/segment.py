@@ -920,7 +920,8 @@ class LogSegment:
             self._max_ts_and_offset = self._load_max_timestamp()
         return removed
 
-    def sanity_check(self, time_index_file_exists: bool, txn_index_file_exists: bool = True) -> int | None:
+    def sanity_check(self, time_index_file_exists: bool, txn_index_file_exists: bool = True,
+                     check_time_index: bool = True) -> int | None:
         """Load-time check: the offset index must exist and be sane; the txn index must be sane.
 
         Kafka 2.3+ checks only that the offset index exists and trusts its content. Here Kafka's
@@ -935,6 +936,10 @@ class LogSegment:
         Returns the offset of the last entry of an offset index rebuilt here (None otherwise): the index
         saw that offset in the `.log`, so if the `.log` now ends before it and before the next segment, it
         lost its tail (LogLoader cuts the log there).
+
+        `check_time_index=False`: the segment is about to be recovered, which rebuilds the time index whatever it
+        holds (Kafka's reason for checking neither index at load): after a crash the active segment's time index
+        still has its preallocated zeros, which the check takes for corruption in every partition.
         """
         last: OffsetPosition | None = None
         if self._offset_index is None:
@@ -962,10 +967,11 @@ class LogSegment:
                 # recovery's business (it cuts there and drops later segments), not the index check's
                 self.rebuild_indexes(f"its last entry ({last.offset} -> byte {last.position}) {problem}")
                 claimed = last.offset
-        if self._time_index is not None:
-            self._time_index.sanity_check()
-        else:
-            TimeIndex.check_file(self.time_index_path, self.base_offset)
+        if check_time_index:
+            if self._time_index is not None:
+                self._time_index.sanity_check()
+            else:
+                TimeIndex.check_file(self.time_index_path, self.base_offset)
         if txn_index_file_exists:
             self.txn_index.sanity_check()
         return claimed
