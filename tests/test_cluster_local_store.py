@@ -116,9 +116,10 @@ def test_restart_keeps_persistent_znodes_and_drops_ephemeral_ones(tmp_path):
     assert "/controller" not in doc["znodes"] and not any(p.startswith("/brokers/ids/") for p in doc["znodes"])
 
 
-def test_update_isr_is_a_compare_and_set_that_leaves_a_notification(tmp_path):
+def test_update_isr_is_a_compare_and_set_then_a_notification(tmp_path):
     """A leader's ISR write (reference §1.2): conditional on the state's version, not on a controller lease;
-    each success leaves Kafka's /isr_change_notification/isr_change_<seq> node for the controller."""
+    the leader then announces it with Kafka's /isr_change_notification/isr_change_<seq> node for the
+    controller (a separate step: the leader applies its new ISR before that second round trip)."""
     async def main():
         s = LocalStore(tmp_path, 1)
         await s.start()
@@ -133,6 +134,8 @@ def test_update_isr_is_a_compare_and_set_that_leaves_a_notification(tmp_path):
             assert await s.partition_state("t", 0) == written
             assert await s.update_isr("t", 0, z.PartitionState(1, 4, (1,), 7), v0) is None  # stale version
             assert (await s.partition_state("t", 0)).isr == (1, 2)
+            assert s.zk.get_children(z.ISR_CHANGE) == []
+            await s.announce_isr_change("t", 0)
             notes = s.zk.get_children(z.ISR_CHANGE)
             assert len(notes) == 1 and notes[0].startswith("isr_change_")
             data = await s.read(f"{z.ISR_CHANGE}/{notes[0]}")

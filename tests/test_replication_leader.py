@@ -359,3 +359,40 @@ def test_delete_records_waits_for_every_live_replicas_log_start(cluster: Cluster
     finally:
         f4.stop()
         f5.stop()
+
+
+def test_an_isr_change_the_controller_was_not_told_of_is_announced_again(cluster: Cluster) -> None:
+    """The leader applies its new ISR once ZooKeeper has it, then announces it (/isr_change_notification) so
+    the controller sends every broker the new ISR. An announcement that fails (here ZooKeeper refuses the
+    create: the node's ACL lacks CREATE) is made again by the next ISR-expiration run, as Kafka keeps its
+    isrChangeSet until it is written; without that the brokers' metadata would show the old ISR for good."""
+    from kazoo.client import KazooClient
+    from kazoo.security import OPEN_ACL_UNSAFE, make_acl
+
+    epoch = _create(cluster, "announce")
+    zk = KazooClient(hosts=cluster.zk_connect, timeout=10)
+    zk.start(timeout=10)
+    f4 = FakeFollower(cluster.brokers[LEADER].bootstrap, F4, "announce", epoch).start()
+    try:
+        zk.ensure_path(z.ISR_CHANGE)
+        zk.set_acls(z.ISR_CHANGE, [make_acl("world", "anyone", read=True, write=True, delete=True, admin=True)])
+        _, stat = zk.get(z.ISR_CHANGE)
+        deadline = time.monotonic() + LAG_MS / 1000 + 8
+        while _zk_isr(cluster, "announce")[0] != [LEADER, F4]:  # f5 never fetched: the leader drops it
+            assert time.monotonic() < deadline, _zk_isr(cluster, "announce")
+            time.sleep(0.1)
+        assert _produce(cluster, "announce")["error_code"] == 0  # the leader applied [1, 4] (>= min.insync)
+        time.sleep(LAG_MS / 1000)  # an expiration run or two: announcing fails again meanwhile
+        assert zk.get(z.ISR_CHANGE)[1].cversion == stat.cversion  # nothing was announced...
+        assert "Could not announce the ISR change of announce-0" in cluster.brokers[LEADER].output()
+        view = cluster.view(2)
+        assert sorted(next(t[2][0][4] for t in view[2] if t[0] == "announce")) == [LEADER, F4, F5]  # ...or known
+        zk.set_acls(z.ISR_CHANGE, OPEN_ACL_UNSAFE)
+        cluster.agreed_view(lambda v: any(t[0] == "announce" and list(t[2][0][4]) == [LEADER, F4] for t in v[2]),
+                            timeout_s=LAG_MS / 1000 + 8)
+    finally:
+        with contextlib.suppress(Exception):
+            zk.set_acls(z.ISR_CHANGE, OPEN_ACL_UNSAFE)
+        zk.stop()
+        zk.close()
+        f4.stop()

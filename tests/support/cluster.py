@@ -76,7 +76,12 @@ class Cluster:
         return self
 
     def stop(self) -> None:
-        """SIGTERM each running broker; a broker that does not exit cleanly (in 15 s, code 0) fails the test."""
+        """SIGTERM each running broker; a broker that does not exit cleanly (in 15 s, code 0) fails the test.
+        Every proxy is healed first: a test that failed mid-fault would otherwise leave a broker cut off from
+        its controller, whose controlled shutdown then waits out its request timeout (30 s, as Kafka's), and
+        the teardown would report that instead of the test's own failure."""
+        if self.hub is not None:
+            self.hub.heal_all()
         try:
             self._stop_brokers()
         finally:
@@ -97,7 +102,7 @@ class Cluster:
                 try:
                     b.proc.wait(15)
                 except subprocess.TimeoutExpired:
-                    # with PYTHONFAULTHANDLER=1 (CI sets it) the broker's log then shows where it hung
+                    # the broker runs with PYTHONFAULTHANDLER=1: its log then shows where it hung
                     b.proc.send_signal(signal.SIGABRT)
                     time.sleep(1)
                 rc = b.stop(timeout_s=5)

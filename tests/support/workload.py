@@ -137,6 +137,9 @@ class Workload:
                 seq += 1
             pt.producer.poll(0.005)
         pt.producer.flush(self.flush_s)
+        # destroyed now (the last reference), not when the garbage collector breaks its cycle through error_cb:
+        # a producer left alive keeps reconnecting to this test's stopped brokers during the tests that follow
+        pt.producer = None
 
     # --- figures -------------------------------------------------------------------------------------------
 

@@ -563,6 +563,7 @@ class ClusterNode:
         # the controller). Kafka's ZooKeeper mode has that window; KRaft closes it (KIP-841: a broker shutting
         # down is not ISR-eligible); here the broker does not start those fetchers.
         self._shutting_down = True
+        log.info("Starting controlled shutdown")
         retries = self.config.get("controlled.shutdown.max.retries")
         backoff_s = self.config.get("controlled.shutdown.retry.backoff.ms") / 1000
         succeeded = False

@@ -123,6 +123,7 @@ class ReplicaManager:
         # The cluster glue sets this: where leaders commit ISR changes (None: no store, no followers).
         self.isr_store: ClusterStore | None = None
         self._isr_writes: set[asyncio.Task[None]] = set()
+        self._unannounced: set[tuple[str, int]] = set()  # ISR changes written but not yet announced
         # The cluster glue sets this: whether a broker is alive (DeleteRecords waits for live replicas only).
         self.broker_alive: Callable[[int], bool] = lambda _b: True
 
@@ -441,6 +442,20 @@ class ReplicaManager:
             self.purgatory.wake(committed_key(part.topic, part.partition))
         elif written is not None:
             self.purgatory.wake(committed_key(part.topic, part.partition))  # acks=all: |maximal ISR| may have changed
+        if written is not None:  # applied first, announced after: a produce is judged by the new ISR sooner
+            await self._announce_isr_change(store, part.topic, part.partition)
+
+    async def _announce_isr_change(self, store: ClusterStore, topic: str, partition: int) -> None:
+        """Tell the controller (which then sends every broker the new ISR); one that could not be told is
+        told again on the next ISR-expiration run, as Kafka keeps its isrChangeSet until it is written."""
+        try:
+            await store.announce_isr_change(topic, partition)
+        except Exception as exc:
+            log.warning("Could not announce the ISR change of %s-%d to the controller (retried): %s", topic,
+                        partition, exc)
+            self._unannounced.add((topic, partition))
+        else:
+            self._unannounced.discard((topic, partition))
 
     def maybe_shrink_isrs(self) -> None:
         """One run of Kafka's isr-expiration task over the partitions this broker leads."""
@@ -459,6 +474,9 @@ class ReplicaManager:
                 await asyncio.wait_for(stop.wait(), interval)
             if not stop.is_set():
                 self.maybe_shrink_isrs()
+                if self._unannounced and self.isr_store is not None:
+                    for topic, partition in list(self._unannounced):
+                        await self._announce_isr_change(self.isr_store, topic, partition)
 
     @staticmethod
     def records_for_wire(records: FileSlice | bytes) -> FileRegion | bytes:

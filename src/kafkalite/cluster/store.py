@@ -115,9 +115,14 @@ class ClusterStore(ABC):
     async def update_isr(self, topic: str, partition: int, new_state: PartitionState,
                          expected_zk_version: int) -> PartitionState | None:
         """A leader's ISR change (Kafka's ZK-mode ReplicationUtils.updateLeaderAndIsr): compare-and-set of the
-        partition state against `expected_zk_version`, not fenced by a controller lease; then a sequential
-        /isr_change_notification/isr_change_ node naming the partition, for the controller. The written state
-        with its new version, or None when the state changed meanwhile (nothing written)."""
+        partition state against `expected_zk_version`, not fenced by a controller lease. The written state
+        with its new version, or None when the state changed meanwhile (nothing written). The leader applies
+        it at once, then tells the controller (`announce_isr_change`)."""
+
+    @abstractmethod
+    async def announce_isr_change(self, topic: str, partition: int) -> None:
+        """A sequential /isr_change_notification/isr_change_ node naming the partition, for the controller
+        (which then sends every broker its new ISR)."""
 
     @abstractmethod
     async def delete_isr_change_notifications(self, lease: ControllerLease, names: list[str]) -> None:

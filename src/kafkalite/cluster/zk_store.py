@@ -407,11 +407,13 @@ class ZkStore(ClusterStore):
                 stat = self.zk.set(path, new_state.encode(), version=expected_zk_version)
             except (BadVersionError, NoNodeError):
                 return None
-            self.zk.create(f"{z.ISR_CHANGE}/{z.ISR_CHANGE_PREFIX}", z.encode_isr_change([(topic, partition)]),
-                           sequence=True, makepath=True)
             return PartitionState(new_state.leader, new_state.leader_epoch, new_state.isr,
                                   new_state.controller_epoch, int(stat.version))
         return await self._run(run)
+
+    async def announce_isr_change(self, topic: str, partition: int) -> None:
+        await self._run(self.zk.create, f"{z.ISR_CHANGE}/{z.ISR_CHANGE_PREFIX}",
+                        z.encode_isr_change([(topic, partition)]), sequence=True, makepath=True)
 
     async def delete_isr_change_notifications(self, lease: ControllerLease, names: list[str]) -> None:
         def run() -> None:
