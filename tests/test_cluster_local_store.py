@@ -116,6 +116,26 @@ def test_restart_keeps_persistent_znodes_and_drops_ephemeral_ones(tmp_path):
     assert "/controller" not in doc["znodes"] and not any(p.startswith("/brokers/ids/") for p in doc["znodes"])
 
 
+def test_isr_changes_of_many_partitions_are_announced_in_nodes_of_a_thousand(tmp_path):
+    """A leader that could not announce its ISR changes announces them together later: one node per 1,000
+    partitions (a node names ~40 bytes a partition; ZooKeeper refuses nodes over 1 MB)."""
+    from kafkalite.cluster.zk_store import ISR_CHANGES_PER_NODE
+
+    async def main():
+        s = LocalStore(tmp_path, 1)
+        await s.start()
+        try:
+            wanted = [("t", p) for p in range(2 * ISR_CHANGES_PER_NODE + 500)]
+            await s.announce_isr_changes(wanted)
+            notes = sorted(s.zk.get_children(z.ISR_CHANGE))
+            assert len(notes) == 3
+            named = [tp for n in notes for tp in z.decode_isr_change(n, await s.read(f"{z.ISR_CHANGE}/{n}"))]
+            assert named == wanted
+        finally:
+            await s.close()
+    run(main())
+
+
 def test_update_isr_is_a_compare_and_set_then_a_notification(tmp_path):
     """A leader's ISR write (reference §1.2): conditional on the state's version, not on a controller lease;
     the leader then announces it with Kafka's /isr_change_notification/isr_change_<seq> node for the
@@ -135,7 +155,7 @@ def test_update_isr_is_a_compare_and_set_then_a_notification(tmp_path):
             assert await s.update_isr("t", 0, z.PartitionState(1, 4, (1,), 7), v0) is None  # stale version
             assert (await s.partition_state("t", 0)).isr == (1, 2)
             assert s.zk.get_children(z.ISR_CHANGE) == []
-            await s.announce_isr_change("t", 0)
+            await s.announce_isr_changes([("t", 0)])
             notes = s.zk.get_children(z.ISR_CHANGE)
             assert len(notes) == 1 and notes[0].startswith("isr_change_")
             data = await s.read(f"{z.ISR_CHANGE}/{notes[0]}")

@@ -443,19 +443,20 @@ class ReplicaManager:
         elif written is not None:
             self.purgatory.wake(committed_key(part.topic, part.partition))  # acks=all: |maximal ISR| may have changed
         if written is not None:  # applied first, announced after: a produce is judged by the new ISR sooner
-            await self._announce_isr_change(store, part.topic, part.partition)
+            await self._announce_isr_changes(store, [(part.topic, part.partition)])
 
-    async def _announce_isr_change(self, store: ClusterStore, topic: str, partition: int) -> None:
-        """Tell the controller (which then sends every broker the new ISR); one that could not be told is
-        told again on the next ISR-expiration run, as Kafka keeps its isrChangeSet until it is written."""
+    async def _announce_isr_changes(self, store: ClusterStore, partitions: list[tuple[str, int]]) -> None:
+        """Tell the controller (which then sends every broker the new ISRs); what could not be told is told
+        again on the next ISR-expiration run, as Kafka keeps its isrChangeSet until it is written."""
         try:
-            await store.announce_isr_change(topic, partition)
+            await store.announce_isr_changes(partitions)
         except Exception as exc:
-            log.warning("Could not announce the ISR change of %s-%d to the controller (retried): %s", topic,
-                        partition, exc)
-            self._unannounced.add((topic, partition))
+            log.warning("Could not announce the ISR change of %s to the controller (retried): %s",
+                        ", ".join(f"{t}-{p}" for t, p in partitions[:10]) + (" ..." if len(partitions) > 10 else ""),
+                        exc)
+            self._unannounced.update(partitions)
         else:
-            self._unannounced.discard((topic, partition))
+            self._unannounced.difference_update(partitions)
 
     def maybe_shrink_isrs(self) -> None:
         """One run of Kafka's isr-expiration task over the partitions this broker leads."""
@@ -474,9 +475,8 @@ class ReplicaManager:
                 await asyncio.wait_for(stop.wait(), interval)
             if not stop.is_set():
                 self.maybe_shrink_isrs()
-                if self._unannounced and self.isr_store is not None:
-                    for topic, partition in list(self._unannounced):
-                        await self._announce_isr_change(self.isr_store, topic, partition)
+                if self._unannounced and self.isr_store is not None:  # one write for all of them
+                    await self._announce_isr_changes(self.isr_store, sorted(self._unannounced))
 
     @staticmethod
     def records_for_wire(records: FileSlice | bytes) -> FileRegion | bytes:

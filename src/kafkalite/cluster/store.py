@@ -13,7 +13,7 @@ Watch callbacks and the session-lost callback are always called on that loop, ne
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kafkalite.cluster.znodes import BrokerRegistration, PartitionState, ProducerIdBlock, TopicAssignment
@@ -117,12 +117,12 @@ class ClusterStore(ABC):
         """A leader's ISR change (Kafka's ZK-mode ReplicationUtils.updateLeaderAndIsr): compare-and-set of the
         partition state against `expected_zk_version`, not fenced by a controller lease. The written state
         with its new version, or None when the state changed meanwhile (nothing written). The leader applies
-        it at once, then tells the controller (`announce_isr_change`)."""
+        it at once, then tells the controller (`announce_isr_changes`)."""
 
     @abstractmethod
-    async def announce_isr_change(self, topic: str, partition: int) -> None:
-        """A sequential /isr_change_notification/isr_change_ node naming the partition, for the controller
-        (which then sends every broker its new ISR)."""
+    async def announce_isr_changes(self, partitions: Sequence[tuple[str, int]]) -> None:
+        """Sequential /isr_change_notification/isr_change_ nodes naming the partitions, for the controller
+        (which then sends every broker their new ISRs)."""
 
     @abstractmethod
     async def delete_isr_change_notifications(self, lease: ControllerLease, names: list[str]) -> None:

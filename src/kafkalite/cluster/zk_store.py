@@ -18,7 +18,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -43,6 +43,8 @@ log = logging.getLogger("kafkalite.cluster.zk")
 # reads sent to ZooKeeper before the first answer is awaited (`partition_states`); a window, not all at once, keeps
 # the client's queue and the server's outstanding requests bounded (ZooKeeper's globalOutstandingLimit is 1,000)
 STATE_READ_WINDOW = 500
+# partitions named in one /isr_change_notification node (~40 bytes each: far below ZooKeeper's 1 MB znode limit)
+ISR_CHANGES_PER_NODE = 1000
 
 
 def split_connect(connect: str) -> tuple[str, str]:
@@ -411,9 +413,13 @@ class ZkStore(ClusterStore):
                                   new_state.controller_epoch, int(stat.version))
         return await self._run(run)
 
-    async def announce_isr_change(self, topic: str, partition: int) -> None:
-        await self._run(self.zk.create, f"{z.ISR_CHANGE}/{z.ISR_CHANGE_PREFIX}",
-                        z.encode_isr_change([(topic, partition)]), sequence=True, makepath=True)
+    async def announce_isr_changes(self, partitions: Sequence[tuple[str, int]]) -> None:
+        def run() -> None:
+            for i in range(0, len(partitions), ISR_CHANGES_PER_NODE):
+                self.zk.create(f"{z.ISR_CHANGE}/{z.ISR_CHANGE_PREFIX}",
+                               z.encode_isr_change(partitions[i:i + ISR_CHANGES_PER_NODE]), sequence=True,
+                               makepath=True)
+        await self._run(run)
 
     async def delete_isr_change_notifications(self, lease: ControllerLease, names: list[str]) -> None:
         def run() -> None:
