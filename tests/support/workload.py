@@ -22,6 +22,10 @@ from typing import Any
 from confluent_kafka import KafkaError, Producer
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
+from kafka.errors import KafkaTimeoutError
+
+from kafkalite.client import KafkaClient
+from kafkalite.protocol import ApiKey, ErrorCode
 
 # Broker answers that mean "not appended": the record cannot appear later. Only trusted when librdkafka reports
 # them as the final error of a send it did not retry after an indeterminate attempt (retries=0, or idempotent
@@ -199,7 +203,11 @@ def read_all(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60)
                       isolation_level="read_uncommitted", request_timeout_ms=30000)
     try:
         c.assign(tps)
-        hws = {tp.partition: off for tp, off in c.end_offsets(tps).items()}
+        try:
+            hws = {tp.partition: off for tp, off in c.end_offsets(tps).items()}
+        except KafkaTimeoutError as exc:
+            raise AssertionError(f"read_all: kafka-python's end_offsets of {topic} timed out; what each broker "
+                                 f"says now: {offsets_seen(bootstrap, topic, partitions)}") from exc
         c.seek_to_beginning(*tps)
         out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
         deadline = time.monotonic() + timeout_s
@@ -212,3 +220,26 @@ def read_all(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60)
         return out, hws
     finally:
         c.close()
+
+
+def offsets_seen(bootstrap: str, topic: str, partitions: int) -> str:
+    """Each broker's Metadata (leader, leader epoch, ISR) and ListOffsets(latest) answer for every partition:
+    what a checker that could not get the end offsets reports, so the failure says which broker refused what."""
+    out = []
+    for address in bootstrap.split(","):
+        try:
+            with KafkaClient(address, timeout_s=5) as c:
+                md = c.metadata([topic])
+                parts = {p["partition_index"]: p for t in md["topics"] for p in t["partitions"]}
+                res = c.request(ApiKey.LIST_OFFSETS, {"replica_id": -1, "topics": [{"name": topic, "partitions": [
+                    {"partition_index": p, "timestamp": -1} for p in range(partitions)]}]})
+            answers = {a["partition_index"]: a for t in res["topics"] for a in t["partitions"]}
+            seen = []
+            for p in range(partitions):
+                m, a = parts.get(p, {}), answers.get(p, {})
+                seen.append(f"p{p} leader {m.get('leader_id')} epoch {m.get('leader_epoch')} isr {m.get('isr_nodes')}"
+                            f" list-offsets {ErrorCode(a.get('error_code', 0)).name} {a.get('offset')}")
+            out.append(f"{address}: " + "; ".join(seen))
+        except Exception as exc:  # a diagnostic: whatever a broker does is reported, never raised
+            out.append(f"{address}: {type(exc).__name__} {exc}")
+    return " | ".join(out)
