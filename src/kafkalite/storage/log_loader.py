@@ -248,8 +248,7 @@ class LogLoader:
             prefix = names.filename_prefix_from_offset(base)
             segment = self.new_segment(base, new_file=False)
             try:
-                # the time index of a segment recovered below is rebuilt there: not checked (after kill -9 the
-                # active one always looks corrupt, its preallocated zeros read as a last timestamp of 0)
+                # a segment recovered below gets its time index rebuilt there (LogSegment.sanity_check says why)
                 claimed = segment.sanity_check(prefix + names.TIME_INDEX_SUFFIX in files,
                                                prefix + names.TXN_INDEX_SUFFIX in files,
                                                check_time_index=not recovered_later)
