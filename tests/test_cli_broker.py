@@ -67,8 +67,7 @@ def test_serve_refuses_a_bad_config_and_a_locked_data_dir(broker, tmp_path):
 
 
 def test_sigquit_logs_what_each_task_waits_on_and_the_broker_goes_on(broker):
-    """kill -3, as for a JVM: every thread's stack (from the signal handler: it comes even when the event loop is
-    stuck) and the broker's asyncio tasks with their stacks go to its log; it keeps serving."""
+    """kill -3, as for a JVM: the broker's asyncio tasks and their stacks go to its log; it keeps serving."""
     import signal
     import time
 
@@ -78,9 +77,6 @@ def test_sigquit_logs_what_each_task_waits_on_and_the_broker_goes_on(broker):
         time.sleep(0.05)
     out = broker.output()
     assert "SIGQUIT:" in out and "asyncio tasks" in out and "Stack for <Task" in out, out[-2000:]
-    whole = broker.log_path.read_text(errors="replace")
-    threads = whole[:whole.index("SIGQUIT:")]
-    assert "(most recent call first)" in threads and "kafkalite/cli/serve.py" in threads, out[-4000:]
     res = kl("topics", "--bootstrap-server", broker.bootstrap, "--list")
     assert res.returncode == 0, res.stderr
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import faulthandler
 import io
 import logging
 import signal
@@ -68,9 +66,7 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 
 def dump_tasks() -> None:
     """SIGQUIT (kill -3), as a JVM's thread dump: what every asyncio task of the broker is waiting on, in its
-    log, without stopping it. The first thing to ask a broker that seems stuck. Every thread's stack comes
-    first, written by the signal handler itself (`faulthandler`), so it comes even when the event loop is stuck
-    and this never runs."""
+    log, without stopping it. The first thing to ask a broker that seems stuck."""
     tasks = asyncio.all_tasks()
     out = io.StringIO()
     for task in sorted(tasks, key=lambda t: t.get_name()):
@@ -85,11 +81,6 @@ async def serve(config: BrokerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, broker.request_stop)
     loop.add_signal_handler(signal.SIGQUIT, dump_tasks)
-    # after add_signal_handler, so that faulthandler chains to the handler it installed; no stderr, no dump
-    dumps_threads = False
-    with contextlib.suppress(RuntimeError, ValueError, AttributeError, io.UnsupportedOperation):
-        faulthandler.register(signal.SIGQUIT, all_threads=True, chain=True)
-        dumps_threads = True
     try:
         await broker.start()
         await broker.serve_until_stopped()
@@ -98,8 +89,6 @@ async def serve(config: BrokerConfig) -> None:
         # Closing the loop would give SIGQUIT its default action back (terminate, rc -3) for the rest of the exit,
         # which with 10,000 partitions takes a while: a dump asked for then finds nothing to dump, and must not
         # turn a clean stop into a failed one.
-        if dumps_threads:
-            faulthandler.unregister(signal.SIGQUIT)
         loop.remove_signal_handler(signal.SIGQUIT)
         signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 
