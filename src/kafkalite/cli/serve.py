@@ -11,6 +11,7 @@ from typing import Any
 
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.server import Broker
+from kafkalite.broker.stall_watchdog import LoopStallWatchdog, thread_stacks
 from kafkalite.errors import KafkaliteError
 
 log = logging.getLogger("kafkalite.broker")
@@ -37,8 +38,9 @@ Settings use Kafka's names (node.id, listeners, log.dirs, log.segment.bytes, log
 num.partitions, ...). An unknown or misspelt name is reported with the nearest known one; a value out of
 range stops the broker with the rule it breaks. Listeners may be PLAINTEXT, SSL, SASL_PLAINTEXT and
 SASL_SSL, several at once; authorizer.class.name turns on ACLs. The broker runs until SIGTERM or Ctrl-C,
-then flushes and marks its data dirs clean; SIGQUIT (kill -3) writes what each of its tasks is waiting on
-to the log, as a JVM's thread dump does.
+then flushes and marks its data dirs clean; SIGQUIT (kill -3) writes what each of its tasks is waiting on,
+and every thread's stack, to the log, as a JVM's thread dump does. If the event loop stops for 10 s, the
+broker logs every thread's stack by itself.
 """
 
 
@@ -65,14 +67,15 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 
 
 def dump_tasks() -> None:
-    """SIGQUIT (kill -3), as a JVM's thread dump: what every asyncio task of the broker is waiting on, in its
-    log, without stopping it. The first thing to ask a broker that seems stuck."""
+    """SIGQUIT (kill -3), as a JVM's thread dump: what every asyncio task of the broker is waiting on, and every
+    thread's stack, in its log, without stopping it. The first thing to ask a broker that seems stuck; one whose
+    event loop is stuck cannot answer (this runs on the loop), and the stall watchdog logs the threads for it."""
     tasks = asyncio.all_tasks()
     out = io.StringIO()
     for task in sorted(tasks, key=lambda t: t.get_name()):
         out.write(f"--- task {task.get_name()}\n")
         task.print_stack(limit=12, file=out)
-    log.warning("SIGQUIT: %d asyncio tasks\n%s", len(tasks), out.getvalue())
+    log.warning("SIGQUIT: %d asyncio tasks\n%s\nthreads:\n%s", len(tasks), out.getvalue(), thread_stacks())
 
 
 async def serve(config: BrokerConfig) -> None:
@@ -81,11 +84,14 @@ async def serve(config: BrokerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, broker.request_stop)
     loop.add_signal_handler(signal.SIGQUIT, dump_tasks)
+    watchdog = LoopStallWatchdog(loop)
+    watchdog.start()
     try:
         await broker.start()
         await broker.serve_until_stopped()
     finally:
         await broker.stop()  # announces a shutdown only if the broker had started
+        watchdog.stop()
         # Closing the loop would give SIGQUIT its default action back (terminate, rc -3) for the rest of the exit,
         # which with 10,000 partitions takes a while: a dump asked for then finds nothing to dump, and must not
         # turn a clean stop into a failed one.
