@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from typing import Any
 
 import pytest
+from kafka import TopicPartition as KafkaTopicPartition
 
 from kafkalite.protocol.api_keys import ApiKey
 from tests.support.checker import Report, check, latency_figures, snapshot_replicas
 from tests.support.cluster import SESSION_TIMEOUT_MS, Cluster
-from tests.support.workload import Send, Workload, probe_send, read_all
+from tests.support.workload import END_OFFSETS_TRY_S, Send, Workload, end_offsets, fresh_consumer, probe_send, read_all
 
 pytestmark = pytest.mark.cluster
 
@@ -549,3 +552,31 @@ def test_r6_leader_isolated_from_zookeeper(cluster):
     assert not wl.fatal_errors
     rep.assert_clean()
     assert rep1.acked > 0 and not rep1.duplicates and not rep1.unexpected, rep1.summary()  # acks=1 may only lose
+
+
+@pytest.mark.replication
+def test_the_checker_reads_end_offsets_across_a_preferred_election(cluster):
+    """The checker's high watermarks through a kafka-python consumer whose metadata predates a preferred election
+    (an R8 run failed so in CI): kafka-python retries ListOffsets on the old leader without refreshing its
+    metadata (tests/support/workload.end_offsets), so the checker asks again with fresh metadata."""
+    cluster.create_topic("pe", 1, 3, TOPIC_CONFIG)
+    cluster.wait_isr("pe", 1, 3)
+    preferred = cluster.leader("pe", 0)
+    assert probe_send(cluster.bootstrap, "pe", 0, "before", timeout_s=10).outcome == "ok"
+    assert cluster.terminate(preferred) == 0  # controlled shutdown: leadership moves to another replica
+    cluster.wait_for("a new leader", lambda: cluster.leader("pe", 0) not in (-1, preferred), 30)
+    cluster.restart(preferred)
+    cluster.wait_isr("pe", 1, 3)
+    tps = [KafkaTopicPartition("pe", 0)]
+    stale = fresh_consumer(cluster.bootstrap, tps)
+    assert stale.end_offsets(tps) == {tps[0]: 1}  # its metadata names the leader of now
+    res = subprocess.run([sys.executable, "-m", "kafkalite.cli.main", "leader-election", "--bootstrap-server",
+                          cluster.bootstrap, "--election-type", "preferred", "--topic", "pe", "--partition", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    cluster.wait_for("the preferred leader back", lambda: cluster.leader("pe", 0) == preferred, 30)
+    t0 = time.monotonic()
+    hws, c = end_offsets(stale, cluster.bootstrap, tps, timeout_s=30)
+    took = time.monotonic() - t0
+    c.close()
+    assert hws == {0: 1} and took < 3 * END_OFFSETS_TRY_S, (hws, took)
