@@ -124,6 +124,7 @@ class ReplicaManager:
         self.isr_store: ClusterStore | None = None
         self._isr_writes: set[asyncio.Task[None]] = set()
         self._unannounced: set[tuple[str, int]] = set()  # ISR changes written but not yet announced
+        self._announcer: asyncio.Task[None] | None = None
         # The cluster glue sets this: whether a broker is alive (DeleteRecords waits for live replicas only).
         self.broker_alive: Callable[[int], bool] = lambda _b: True
 
@@ -443,19 +444,29 @@ class ReplicaManager:
         elif written is not None:
             self.purgatory.wake(committed_key(part.topic, part.partition))  # acks=all: |maximal ISR| may have changed
         if written is not None:  # applied first, announced after: a produce is judged by the new ISR sooner
-            await self._announce_isr_changes(store, [(part.topic, part.partition)])
+            self._unannounced.add((part.topic, part.partition))
+            self._announce_soon(store)
 
-    async def _announce_isr_changes(self, store: ClusterStore, partitions: list[tuple[str, int]]) -> None:
+    def _announce_soon(self, store: ClusterStore) -> None:
+        """Start telling the controller of the changed ISRs unless that is under way. Changes that come while an
+        announcement is being written go together in the next (Kafka batches its isrChangeSet the same way, every
+        2.5 s): a follower lost by a leader of thousands of partitions costs a few notifications, not one each."""
+        if self._announcer is None or self._announcer.done():
+            self._announcer = asyncio.get_running_loop().create_task(self._announce_pending(store),
+                                                                     name="isr-change-announcer")
+
+    async def _announce_pending(self, store: ClusterStore) -> None:
         """Tell the controller (which then sends every broker the new ISRs); what could not be told is told
         again on the next ISR-expiration run, as Kafka keeps its isrChangeSet until it is written."""
-        try:
-            await store.announce_isr_changes(partitions)
-        except Exception as exc:
-            log.warning("Could not announce the ISR change of %s to the controller (retried): %s",
-                        ", ".join(f"{t}-{p}" for t, p in partitions[:10]) + (" ..." if len(partitions) > 10 else ""),
-                        exc)
-            self._unannounced.update(partitions)
-        else:
+        while self._unannounced:
+            partitions = sorted(self._unannounced)
+            try:
+                await store.announce_isr_changes(partitions)
+            except Exception as exc:
+                log.warning("Could not announce the ISR change of %s to the controller (retried): %s",
+                            ", ".join(f"{t}-{p}" for t, p in partitions[:10])
+                            + (" ..." if len(partitions) > 10 else ""), exc)
+                return
             self._unannounced.difference_update(partitions)
 
     def maybe_shrink_isrs(self) -> None:
@@ -475,8 +486,8 @@ class ReplicaManager:
                 await asyncio.wait_for(stop.wait(), interval)
             if not stop.is_set():
                 self.maybe_shrink_isrs()
-                if self._unannounced and self.isr_store is not None:  # one write for all of them
-                    await self._announce_isr_changes(self.isr_store, sorted(self._unannounced))
+                if self._unannounced and self.isr_store is not None:
+                    self._announce_soon(self.isr_store)
 
     @staticmethod
     def records_for_wire(records: FileSlice | bytes) -> FileRegion | bytes:
