@@ -459,15 +459,18 @@ class ReplicaManager:
         """Tell the controller (which then sends every broker the new ISRs); what could not be told is told
         again on the next ISR-expiration run, as Kafka keeps its isrChangeSet until it is written."""
         while self._unannounced:
-            partitions = sorted(self._unannounced)
+            # taken out before the write: a partition changing again meanwhile is announced again after it (the
+            # controller may have read its state before that change reached the store)
+            pending, self._unannounced = self._unannounced, set()
+            partitions = sorted(pending)
             try:
                 await store.announce_isr_changes(partitions)
             except Exception as exc:
+                self._unannounced |= pending
                 log.warning("Could not announce the ISR change of %s to the controller (retried): %s",
                             ", ".join(f"{t}-{p}" for t, p in partitions[:10])
                             + (" ..." if len(partitions) > 10 else ""), exc)
                 return
-            self._unannounced.difference_update(partitions)
 
     def maybe_shrink_isrs(self) -> None:
         """One run of Kafka's isr-expiration task over the partitions this broker leads."""
