@@ -580,3 +580,84 @@ def test_the_checker_reads_end_offsets_across_a_preferred_election(cluster):
     took = time.monotonic() - t0
     c.close()
     assert hws == {0: 1} and took < 3 * END_OFFSETS_TRY_S, (hws, took)
+
+
+@pytest.mark.replication
+def test_r11_reassignment_under_load(cluster, tmp_path):
+    """Every partition (RF 2) moved at once, under load, to a replica set without its leader (kafkalite
+    reassign-partitions --execute): the new replicas copy the partition, the leaders move, the old replicas are
+    deleted, and nothing acknowledged before, during or after is lost or duplicated; the two replicas left are
+    byte-identical below the HW."""
+    _topic(cluster, rf=2)
+    with _workload(cluster) as wl:
+        time.sleep(2)
+        targets = {}
+        for p in range(PARTITIONS):
+            replicas = cluster.zk_json(f"/brokers/topics/{TOPIC}")["partitions"][str(p)]
+            leader = cluster.leader(TOPIC, p)
+            newcomer = next(b for b in (1, 2, 3) if b not in replicas)
+            targets[p] = [newcomer, *[b for b in replicas if b != leader]]
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": TOPIC, "partition": p, "replicas": rs} for p, rs in targets.items()]}))
+        t0 = time.monotonic()
+        res = subprocess.run([sys.executable, "-m", "kafkalite.cli.main", "reassign-partitions", "--bootstrap-server",
+                              cluster.bootstrap, "--execute", "--reassignment-json-file", str(plan)],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stdout + res.stderr
+
+        def moved() -> bool:
+            doc = cluster.zk_json(f"/brokers/topics/{TOPIC}")
+            return doc["partitions"] == {str(p): rs for p, rs in targets.items()} and not doc.get("adding_replicas")
+        cluster.wait_for("every partition moved", moved, 60, every_s=0.2)
+        took = time.monotonic() - t0
+        for p, rs in targets.items():
+            assert cluster.partition_state(TOPIC, p)["leader"] == rs[0], (p, cluster.partition_state(TOPIC, p))
+        wl.wait_acked_after(time.monotonic(), set(range(PARTITIONS)), timeout_s=30)
+        time.sleep(1)
+    rep = _judge(cluster, wl.sends, rf=2, scenario="R11 reassignment under load", reassignment_s=took)
+    assert not wl.fatal_errors
+    rep.assert_clean()
+
+
+@pytest.mark.replication
+def test_r12_reassignment_survives_a_paused_target_and_a_controller_kill(cluster):
+    """A move whose new replica's broker is paused (SIGSTOP) as the move starts, so it stays in progress; the
+    controller is killed (kill -9) meanwhile: the new controller takes the move up from the topic's znode
+    (adding/removing replicas), the paused broker comes back (its session expired: it registers again) and
+    catches up, and the move completes. Nothing acknowledged is lost or duplicated."""
+    _topic(cluster, rf=2)
+    with _workload(cluster) as wl:
+        time.sleep(2)
+        controller = cluster.controller_id()
+        doc = cluster.zk_json(f"/brokers/topics/{TOPIC}")["partitions"]
+        p, replicas = next((int(p), rs) for p, rs in sorted(doc.items())
+                           if next(b for b in (1, 2, 3) if b not in rs) != controller)
+        newcomer = next(b for b in (1, 2, 3) if b not in replicas)
+        leader = cluster.leader(TOPIC, p)
+        target = [newcomer, *[b for b in replicas if b != leader]]
+        cluster.pause(newcomer)
+        try:
+            res = cluster.request(controller, ApiKey.ALTER_PARTITION_REASSIGNMENTS, {"timeout_ms": 10000, "topics": [
+                {"name": TOPIC, "partitions": [{"partition_index": p, "replicas": target}]}]})
+            assert res["error_code"] == 0 and res["responses"][0]["partitions"][0]["error_code"] == 0, res
+            assert cluster.zk_json(f"/brokers/topics/{TOPIC}")["adding_replicas"] == {str(p): [newcomer]}
+            cluster.kill(controller)
+            cluster.wait_for("a new controller", lambda: cluster.controller_id() not in (-1, controller), 30)
+            listed = cluster.request(cluster.controller_id(), ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                                     {"timeout_ms": 10000, "topics": None})
+            assert listed["topics"][0]["partitions"][0]["adding_replicas"] == [newcomer], listed
+        finally:
+            cluster.resume(newcomer)
+        cluster.restart(controller)
+
+        def moved() -> bool:
+            d = cluster.zk_json(f"/brokers/topics/{TOPIC}")
+            return d["partitions"][str(p)] == target and not d.get("adding_replicas")
+        cluster.wait_for(f"partition {p} moved to {target}", moved, 60, every_s=0.2)
+        assert cluster.partition_state(TOPIC, p)["leader"] in target
+        wl.wait_acked_after(time.monotonic(), set(range(PARTITIONS)), timeout_s=30)
+        time.sleep(1)
+    rep = _judge(cluster, wl.sends, rf=2, scenario="R12 reassignment, paused target, controller killed")
+    assert not wl.fatal_errors
+    rep.assert_clean()

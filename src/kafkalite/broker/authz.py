@@ -503,6 +503,10 @@ GATES: dict[int, Gate] = {
     ApiKey.STOP_REPLICA: _on_cluster(Op.CLUSTER_ACTION, _cluster_error(partition_errors=[])),
     ApiKey.CONTROLLED_SHUTDOWN: _on_cluster(Op.CLUSTER_ACTION, _cluster_error(remaining_partitions=[])),
     ApiKey.ELECT_LEADERS: _on_cluster(Op.ALTER, _elect_refused),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _on_cluster(Op.ALTER, _cluster_error(
+        throttle_time_ms=0, error_message=_why(CODE), responses=[])),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: _on_cluster(Op.DESCRIBE, _cluster_error(
+        throttle_time_ms=0, error_message=_why(CODE), topics=[])),
     ApiKey.DESCRIBE_LOG_DIRS: _on_cluster(Op.DESCRIBE, _cluster_error(throttle_time_ms=0, results=[])),
     ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
     ApiKey.DESCRIBE_ACLS: _on_cluster(Op.DESCRIBE, _describe_acls_refused),

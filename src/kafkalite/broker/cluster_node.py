@@ -35,6 +35,7 @@ from kafkalite.broker.apis import CloseConnection, KafkaApis
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import INTERNAL_TOPICS, ensure_log_topic_id, validate_topic_name
 from kafkalite.broker.partition import Partition
+from kafkalite.broker.reassignment_apis import ReassignmentApis
 from kafkalite.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
 from kafkalite.broker.scram_admin import ScramAdmin
@@ -42,7 +43,7 @@ from kafkalite.broker.topic_admin import MAX_PARTITIONS_PER_REQUEST
 from kafkalite.cluster import znodes as z
 from kafkalite.cluster.assignment import assign_replicas
 from kafkalite.cluster.channel import request_once
-from kafkalite.cluster.controller import Controller, ControllerSettings, TopicPartition
+from kafkalite.cluster.controller import LEADER_DURING_DELETE, Controller, ControllerSettings, TopicPartition
 from kafkalite.cluster.metadata_cache import MetadataCache
 from kafkalite.cluster.store import ClusterStore
 from kafkalite.coordinator.config import coordinator_key_partition
@@ -122,6 +123,7 @@ class ClusterNode:
                                                         self.listener, security=self.security,
                                                         **_operations_settings(config)),
                                      topic_unclean=self._topic_unclean, initial_epoch=self._initial_epoch)
+        self.reassignments = ReassignmentApis(self.controller)
         self.broker_epoch = -1
         self._pid_block: z.ProducerIdBlock | None = None
         self._next_pid = 0
@@ -264,6 +266,8 @@ class ClusterNode:
             ApiKey.LEADER_AND_ISR: self.leader_and_isr, ApiKey.STOP_REPLICA: self.stop_replica,
             ApiKey.UPDATE_METADATA: self.update_metadata,
             ApiKey.CONTROLLED_SHUTDOWN: self.controlled_shutdown_request, ApiKey.ELECT_LEADERS: self.elect_leaders,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.reassignments.alter,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: self.reassignments.list,
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.scram_admin.describe,
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.scram_admin.alter,
         })
@@ -302,7 +306,27 @@ class ClusterNode:
             log.warning("Refused UpdateMetadata from controller %d: %s", body["controller_id"], exc)
             return {"error_code": exc.error_code}
         self.cache.apply(body)
+        for topic, p in self._strays(body):
+            log.warning("Deleting the replica of %s-%d: the cluster's assignment of that partition no longer "
+                        "includes broker %d (it was moved away while this broker was down, so no StopReplica "
+                        "reached it)", topic, p, self.node_id)
+            await self._stop(topic, p, -1, delete=True)
         return {"error_code": E.NONE}
+
+    def _strays(self, body: dict[str, Any]) -> list[TopicPartition]:
+        """Local replicas of partitions whose replicas, as this UpdateMetadata says, leave this broker out: a
+        reassignment removed them while the broker was down. Kafka's ZooKeeper mode leaves such logs on disk for
+        ever (its KRaft mode deletes them); here they go as the missed StopReplica(delete) would have. A topic
+        being deleted (no replicas) is the deletion's business."""
+        out = []
+        for t in body.get("topic_states", []):
+            for s in t["partition_states"]:
+                if not s["replicas"] or self.node_id in s["replicas"] or s["leader"] == LEADER_DURING_DELETE:
+                    continue
+                tp = (t["topic_name"], s["partition_index"])
+                if tp in self.replicas.partitions or self.replicas.logs.get_log(*tp) is not None:
+                    out.append(tp)
+        return out
 
     async def leader_and_isr(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         try:
@@ -478,18 +502,23 @@ class ClusterNode:
             if epoch >= 0 and epoch <= ours:
                 errors.append({"topic_name": topic, "partition_index": p, "error_code": E.FENCED_LEADER_EPOCH})
                 continue
-            self.fetchers.remove_partition(topic, p)
-            if delete:
-                await asyncio.to_thread(self._delete_local, topic, p)
-            else:  # no longer served here: clients are sent back to the metadata
-                part = self.replicas.partitions.get((topic, p))
-                if part is not None:
-                    part.make_follower(-1, max(ours, epoch), part.isr, part.replicas, part.partition_epoch)
-            self.replicas.purgatory.wake((topic, p))
-            if topic == OFFSETS_TOPIC and self.offsets_leadership is not None:
-                self.offsets_leadership.on_resignation(p, epoch)
+            await self._stop(topic, p, epoch, delete)
             errors.append({"topic_name": topic, "partition_index": p, "error_code": E.NONE})
         return {"error_code": E.NONE, "partition_errors": errors}
+
+    async def _stop(self, topic: str, p: int, epoch: int, delete: bool) -> None:
+        """Stop replicating a partition here (no more fetching, no more serving) and, with `delete`, remove it."""
+        self.fetchers.remove_partition(topic, p)
+        if delete:
+            await asyncio.to_thread(self._delete_local, topic, p)
+        else:  # no longer served here: clients are sent back to the metadata
+            part = self.replicas.partitions.get((topic, p))
+            if part is not None:
+                part.make_follower(-1, max(self._local_epoch(topic, p), epoch), part.isr, part.replicas,
+                                   part.partition_epoch)
+        self.replicas.purgatory.wake((topic, p))
+        if topic == OFFSETS_TOPIC and self.offsets_leadership is not None:
+            self.offsets_leadership.on_resignation(p, epoch)
 
     # --- operations: controlled shutdown and leader elections (the controller does the work) -------------
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 from kafkalite.client import KafkaClient, KafkaClientError
 from kafkalite.config.properties import read_properties
 from kafkalite.errors import InvalidConfigError
+from kafkalite.protocol import ErrorCode
 from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -45,6 +47,31 @@ def unreachable(args: Any, exc: OSError, option: str = "--command-config") -> st
         message += (f" (a TLS or SASL listener closes plaintext connections: give {option} FILE with its "
                     "security.protocol, ssl.* and sasl.* settings)")
     return message
+
+
+CONTROLLER_RETRY_BACKOFF_S = 0.2
+
+
+def controller_request(client: KafkaClient, api: int, body: dict[str, Any], timeout_ms: int,
+                       moved: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """`body` sent to the controller found through Metadata, as Kafka's admin client sends controller requests;
+    when the answer says it is not the controller (`moved`) or the controller cannot be reached, the controller
+    is looked up again and asked again until `timeout_ms`."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        controller = client.metadata([])["controller_id"]
+        try:
+            answer: dict[str, Any] = client.broker(controller).request(api, body)
+        except (OSError, KeyError) as exc:
+            why = f"cannot reach the controller (broker {controller}): {exc}"
+        else:
+            if not moved(answer):
+                return answer
+            why = "the controller moved"
+        if time.monotonic() >= deadline:
+            raise KafkaClientError(ErrorCode.REQUEST_TIMED_OUT, f"Timeout waiting for the controller ({why})")
+        client.drop(controller)
+        time.sleep(CONTROLLER_RETRY_BACKOFF_S)
 
 
 class UsageError(ValueError):

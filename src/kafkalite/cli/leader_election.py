@@ -8,18 +8,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from kafkalite.cli.common import UsageError, add_bootstrap, with_client
+from kafkalite.cli.common import UsageError, add_bootstrap, controller_request, with_client
 from kafkalite.client import KafkaClient, KafkaClientError
 from kafkalite.protocol import ApiKey, ErrorCode
 
 ELECTION_TYPES = {"PREFERRED": 0, "UNCLEAN": 1}
 JSON_EXAMPLE = '{"partitions": [{"topic": "foo", "partition": 1}, {"topic": "foobar", "partition": 2}]}'
 TIMEOUT_MS = 30000  # the tool's default.api.timeout.ms
-RETRY_BACKOFF_S = 0.2
 
 EPILOG = f"""\
 examples:
@@ -123,28 +121,17 @@ def elect_leaders(client: KafkaClient, election_type: int, partitions: list[tupl
     body = {"election_type": election_type, "timeout_ms": timeout_ms,
             "topic_partitions": None if partitions is None else [{"topic": t, "partitions": ps}
                                                                   for t, ps in topics.items()]}
-    deadline = time.monotonic() + timeout_ms / 1000
-    while True:
-        controller = client.metadata([])["controller_id"]
-        try:
-            answer: dict[str, Any] = client.broker(controller).request(ApiKey.ELECT_LEADERS, body)
-        except (OSError, KeyError) as exc:
-            why = f"cannot reach the controller (broker {controller}): {exc}"
-        else:
-            why = "the controller moved"
-            results = {(r["topic"], e["partition_id"]): (e["error_code"], e["error_message"])
-                       for r in answer["replica_election_results"] for e in r["partition_result"]}
-            top = answer.get("error_code", ErrorCode.NONE)
-            moved = top == ErrorCode.NOT_CONTROLLER or (results and all(
-                code == ErrorCode.NOT_CONTROLLER for code, _m in results.values()))
-            if top not in (ErrorCode.NONE, ErrorCode.NOT_CONTROLLER):
-                raise KafkaClientError(top, f"the controller refused the election: {ErrorCode(top).name}")
-            if not moved:
-                return results
-        if time.monotonic() >= deadline:
-            raise KafkaClientError(ErrorCode.REQUEST_TIMED_OUT, f"Timeout waiting for election results ({why})")
-        client.drop(controller)
-        time.sleep(RETRY_BACKOFF_S)
+
+    def moved(answer: dict[str, Any]) -> bool:
+        codes = [e["error_code"] for r in answer["replica_election_results"] for e in r["partition_result"]]
+        top = answer.get("error_code", ErrorCode.NONE)
+        if top not in (ErrorCode.NONE, ErrorCode.NOT_CONTROLLER):
+            raise KafkaClientError(top, f"the controller refused the election: {ErrorCode(top).name}")
+        return top == ErrorCode.NOT_CONTROLLER or (bool(codes) and all(c == ErrorCode.NOT_CONTROLLER for c in codes))
+
+    answer = controller_request(client, ApiKey.ELECT_LEADERS, body, timeout_ms, moved)
+    return {(r["topic"], e["partition_id"]): (e["error_code"], e["error_message"])
+            for r in answer["replica_election_results"] for e in r["partition_result"]}
 
 
 def _exception(code: int, message: str | None) -> str:

@@ -19,6 +19,7 @@ from kafkalite.cli import (
     groups,
     leader_election,
     log_dirs,
+    reassign_partitions,
     serve,
     topics,
 )
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     delete_records.add_parser(sub)
     log_dirs.add_parser(sub)
     leader_election.add_parser(sub)
+    reassign_partitions.add_parser(sub)
     dump_log.add_parser(sub)
     demo.add_parser(sub)
     return parser

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from kafkalite.cluster import znodes as z
 from kafkalite.cluster.channel import ControllerChannels
+from kafkalite.cluster.reassignment import ReplicaSets, invalid_target
 from kafkalite.cluster.store import ClusterStore, ControllerLease
 from kafkalite.cluster.znodes import BrokerRegistration, PartitionState, TopicAssignment
 from kafkalite.errors import BrokerNotAvailableError, KafkaliteError, NotControllerError, StaleBrokerEpochError
@@ -64,6 +65,7 @@ T = TypeVar("T")
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types
 FIRST_REBALANCE_DELAY_S = 5.0  # Kafka's first auto-rebalance check after a failover
 ElectionResult = tuple[int, str | None, int]  # error code, message, the leader elected
+Outcome = tuple[int, str | None]  # error code, message
 
 
 _NO_ASSIGNMENT = TopicAssignment("", uuid.UUID(int=0), {})
@@ -225,6 +227,8 @@ class Controller:
         if changed:
             self._update_metadata(self.live, changed)
         await self._on_topic_deletion()
+        for tp in self._moving():  # reassignments a previous controller started (their sets are in the znodes)
+            await self._maybe_complete_reassignment(tp)
         self._start_operations()
 
     # --- context ---------------------------------------------------------------------------------------
@@ -240,7 +244,7 @@ class Controller:
             return []
         if assignment.topic_id.int == 0:  # written without a topic id (an old tool): give it one
             assignment = replace(assignment, topic_id=uuid.uuid4())
-            await self.store.set_topic_id(self._require(), assignment)
+            await self.store.set_topic_assignment(self._require(), assignment)
         self.assignments[topic] = assignment
         if topic not in self._watched_topics:
             self._watched_topics.add(topic)
@@ -461,6 +465,9 @@ class Controller:
             log.info("ISR changed by leaders: %s", [f"{t}-{p} {list(self.states[(t, p)].isr)}" for t, p in tps
                                                     if (t, p) in self.states])
             self._update_metadata(self.live, tps)
+        for tp in tps:
+            if self._sets(tp).moving:  # a target replica may have joined the ISR
+                await self._maybe_complete_reassignment(tp)
         await self.store.delete_isr_change_notifications(lease, names)
 
     # --- elections ----------------------------------------------------------------------------------
@@ -750,7 +757,7 @@ class Controller:
         by_preferred: dict[int, list[TopicPartition]] = {}
         for tp in self._all_partitions():
             replicas = self._replicas(tp)
-            if replicas and tp in self.states:
+            if replicas and tp in self.states and not self._sets(tp).moving:  # as Kafka: not while reassigned
                 by_preferred.setdefault(replicas[0], []).append(tp)
         elected: list[TopicPartition] = []
         for b, tps in sorted(by_preferred.items()):
@@ -767,6 +774,142 @@ class Controller:
             elected += [tp for tp in elsewhere if await self._elect_with(tp, self._preferred)]
         self._leader_and_isr(elected)
         self._update_metadata(self.live, elected)
+
+    # --- partition reassignment (KIP-455; Kafka's onPartitionReassignment, ZooKeeper mode) ------------------
+    # A move adds the target's new replicas to the assignment (RS = TRS + ORS), bumps the leader epoch and sends
+    # LeaderAndIsr to all of them: the new ones create their logs and fetch from the leader, which takes them into
+    # the ISR once caught up. When every target replica is in the ISR (checked at each ISR change), the leader
+    # moves if it is not in the target, the ISR loses the removed replicas, the assignment becomes the target and
+    # the removed replicas get StopReplica(delete). The sets live in the topic's znode (reassignment.py).
+
+    def _sets(self, tp: TopicPartition) -> ReplicaSets:
+        a = self.assignments.get(tp[0], _NO_ASSIGNMENT)
+        return ReplicaSets(tuple(a.partitions.get(tp[1], ())), tuple(a.adding.get(tp[1], ())),
+                           tuple(a.removing.get(tp[1], ())))
+
+    def _moving(self) -> list[TopicPartition]:
+        return [tp for tp in self._all_partitions() if self._sets(tp).moving]
+
+    async def _write_sets(self, topic: str, sets: Mapping[int, ReplicaSets]) -> None:
+        """The topic's znode with these partitions' replica sets (one write for all of them)."""
+        a = self.assignments[topic]
+        partitions, adding, removing = dict(a.partitions), dict(a.adding), dict(a.removing)
+        for p, rs in sets.items():
+            partitions[p] = list(rs.replicas)
+            for field, got in ((adding, rs.adding), (removing, rs.removing)):
+                if got:
+                    field[p] = list(got)
+                else:
+                    field.pop(p, None)
+        new = replace(a, partitions=partitions, adding=adding, removing=removing)
+        await self.store.set_topic_assignment(self._require(), new)
+        self.assignments[topic] = new
+
+    async def alter_reassignments(self, wanted: Mapping[TopicPartition, list[int] | None], timeout_s: float = 60.0
+                                  ) -> dict[TopicPartition, Outcome]:
+        """The AlterPartitionReassignments request: per partition its new replicas, or None to cancel its move
+        (back to the original replicas). Answers once each move has started, not finished (as Kafka)."""
+        wanted = dict(wanted)
+        return await self._call(lambda: self._alter_reassignments(wanted), timeout_s)
+
+    async def _alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None]
+                                   ) -> dict[TopicPartition, Outcome]:
+        self._require()
+        out: dict[TopicPartition, Outcome] = {}
+        moves: dict[str, dict[int, tuple[ReplicaSets, ReplicaSets]]] = {}
+        live = {b for b in self.live if b not in self.shutting_down}
+        for tp, target in sorted(wanted.items()):
+            if tp[0] in self._deleting or tp[1] not in self.assignments.get(tp[0], _NO_ASSIGNMENT).partitions:
+                out[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                continue
+            old = self._sets(tp)
+            if target is None and not old.moving:
+                out[tp] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                           f"Unable to find an ongoing reassignment for {tp[0]}-{tp[1]}.")
+                continue
+            why = invalid_target(target, live)
+            if why is not None:
+                out[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, why)
+                continue
+            new = old.reassign_to(old.original if target is None else target)
+            state = self.states.get(tp)
+            if state is not None and state.leader != NO_LEADER and state.leader not in new.replicas and \
+                    self._leader_after(new, state) is None:
+                out[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                           f"No replica of {list(new.replicas)} is in the ISR {list(state.isr)} of {tp[0]}-{tp[1]} "
+                           f"to take over from its leader {state.leader}, which the new assignment leaves out.")
+                continue
+            moves.setdefault(tp[0], {})[tp[1]] = (old, new)
+            out[tp] = (ErrorCode.NONE, None)
+        for topic, parts in moves.items():
+            await self._write_sets(topic, {p: new for p, (_old, new) in parts.items()})
+            for p, (old, new) in parts.items():
+                log.info("Reassignment of %s-%d: replicas %s -> %s%s", topic, p, list(old.original), list(new.target),
+                         " (cancelled)" if wanted[(topic, p)] is None else "")
+                await self._start_reassignment((topic, p), old, new)
+        return out
+
+    def _leader_after(self, sets: ReplicaSets, state: PartitionState) -> int | None:
+        """Who leads once `sets` apply: the leader if it stays, else the first live target replica in the ISR
+        (Kafka's ReassignPartitionLeaderElectionStrategy)."""
+        if state.leader in sets.target and self._electable(state.leader):
+            return state.leader
+        return next((b for b in sets.target if self._electable(b) and b in state.isr), None)
+
+    async def _start_reassignment(self, tp: TopicPartition, old: ReplicaSets, new: ReplicaSets) -> None:
+        """Tell the replicas of the new sets (a new epoch: the leader learns its new followers, new replicas create
+        their logs); replicas an earlier target had added and this one drops are deleted."""
+        dropped = [b for b in old.replicas if b not in new.replicas]
+        for _attempt in range(3):
+            state = await self._fresh(tp)
+            if state is None or state.leader == NO_LEADER or not self._electable(state.leader):
+                break  # no leader to follow now: the next election sends the new replicas their LeaderAndIsr
+            leader = state.leader if state.leader in new.replicas else self._leader_after(new, state)
+            isr = tuple(b for b in state.isr if b in new.replicas)
+            if leader is None or not isr:
+                break
+            if await self._write(tp, replace(state, leader=leader, isr=isr, leader_epoch=state.leader_epoch + 1)):
+                self._leader_and_isr([tp])
+                break
+        for b in dropped:
+            if b in self.live:
+                self._stop_replica(b, [tp], delete=True)
+        self._update_metadata(self.live, [tp])
+        await self._maybe_complete_reassignment(tp)
+
+    async def _maybe_complete_reassignment(self, tp: TopicPartition) -> None:
+        """Finish a move whose target replicas are all in the ISR: leader, ISR, then the assignment, then the
+        removed replicas deleted (Kafka's order); otherwise wait for the next ISR change."""
+        sets = self._sets(tp)
+        if not sets.moving:
+            return
+        for _attempt in range(3):
+            state = await self._fresh(tp)
+            if state is None or not all(b in state.isr for b in sets.target):
+                return
+            leader = self._leader_after(sets, state)
+            if leader is None:
+                return
+            isr = tuple(b for b in state.isr if b in sets.target)
+            if await self._write(tp, replace(state, leader=leader, isr=isr, leader_epoch=state.leader_epoch + 1)):
+                break
+        else:
+            return
+        await self._write_sets(tp[0], {tp[1]: sets.done()})
+        self._leader_and_isr([tp])
+        for b in sets.removing:
+            if b in self.live:
+                self._stop_replica(b, [tp], delete=True)
+        self._update_metadata(self.live, [tp])
+        log.info("Reassignment of %s-%d done: replicas %s, leader %d%s", *tp, list(sets.target), leader,
+                 f", removed {list(sets.removing)}" if sets.removing else "")
+
+    def list_reassignments(self, partitions: Iterable[TopicPartition] | None
+                           ) -> dict[TopicPartition, ReplicaSets]:
+        """ListPartitionReassignments: the moving partitions (of `partitions`, or all) and their sets."""
+        self._require()
+        wanted = self._moving() if partitions is None else [tp for tp in partitions if self._sets(tp).moving]
+        return {tp: self._sets(tp) for tp in wanted}
 
     # --- requests to brokers -----------------------------------------------------------------------
 

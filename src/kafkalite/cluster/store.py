@@ -90,7 +90,9 @@ class ClusterStore(ABC):
         """Replace a topic's assignment by one with more partitions, if it still has `expected_partitions`."""
 
     @abstractmethod
-    async def set_topic_id(self, lease: ControllerLease, assignment: TopicAssignment) -> None: ...
+    async def set_topic_assignment(self, lease: ControllerLease, assignment: TopicAssignment) -> None:
+        """Replace a topic's assignment (its id given by the controller, a reassignment's replica sets), fenced by
+        the controller's lease."""
 
     @abstractmethod
     async def partition_state(self, topic: str, partition: int) -> PartitionState | None: ...

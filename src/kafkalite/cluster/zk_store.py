@@ -331,7 +331,7 @@ class ZkStore(ClusterStore):
             self.zk.set(z.topic_path(assignment.topic), assignment.encode(), version=stat.version)
         await self._run(run)
 
-    async def set_topic_id(self, lease: ControllerLease, assignment: TopicAssignment) -> None:
+    async def set_topic_assignment(self, lease: ControllerLease, assignment: TopicAssignment) -> None:
         await self._run(self._fenced, lease, lambda t: t.set_data(z.topic_path(assignment.topic), assignment.encode()))
 
     async def partition_state(self, topic: str, partition: int) -> PartitionState | None:

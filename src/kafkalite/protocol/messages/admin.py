@@ -258,5 +258,59 @@ ELECT_LEADERS = message(
     ],
 )
 
+# KIP-455 (Kafka 2.4): partition reassignment through the controller. v0 only, flexible; Kafka 3.9's v1 adds
+# allow_replication_factor_change (KIP-860), not offered here.
+ALTER_PARTITION_REASSIGNMENTS = message(
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS, "0", flexible="0+",
+    request=[
+        F("timeout_ms", "int32", default=60000),
+        A("topics", "0+", [
+            F("name", "string"),
+            A("partitions", "0+", [
+                F("partition_index", "int32"),
+                F("replicas", "[]int32", null="0+", default=None),  # null: cancel the partition's reassignment
+            ]),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("error_message", "string", null=True, default=None),
+        A("responses", "0+", [
+            F("name", "string"),
+            A("partitions", "0+", [
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+                F("error_message", "string", null=True, default=None),
+            ]),
+        ]),
+    ],
+)
+
+LIST_PARTITION_REASSIGNMENTS = message(
+    ApiKey.LIST_PARTITION_REASSIGNMENTS, "0", flexible="0+",
+    request=[
+        F("timeout_ms", "int32", default=60000),
+        A("topics", "0+", [  # null: every partition being reassigned
+            F("name", "string"),
+            F("partition_indexes", "[]int32"),
+        ], null="0+"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("error_message", "string", null=True, default=None),
+        A("topics", "0+", [
+            F("name", "string"),
+            A("partitions", "0+", [
+                F("partition_index", "int32"),
+                F("replicas", "[]int32"),
+                F("adding_replicas", "[]int32"),
+                F("removing_replicas", "[]int32"),
+            ]),
+        ]),
+    ],
+)
+
 ALL = [CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS,
-       CREATE_PARTITIONS, DESCRIBE_LOG_DIRS, ELECT_LEADERS]
+       CREATE_PARTITIONS, DESCRIBE_LOG_DIRS, ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS]
