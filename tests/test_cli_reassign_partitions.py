@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kafka import KafkaAdminClient
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.errors import InvalidReplicationAssignmentError
 
 from kafkalite.cli.common import UsageError
 from kafkalite.cli.reassign_partitions import assignment_json, parse_reassignment_json
@@ -107,6 +110,14 @@ def test_a_move_in_progress_is_listed_and_cancelled(cluster, tmp_path):
         plan = _plan(tmp_path / "plan.json", {("cx", 0): [1, 2]})
         res = _cli(cluster.bootstrap, "--execute", "--reassignment-json-file", plan)
         assert res.returncode == 0, res.stdout + res.stderr
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)  # a real client's view of the same move
+        try:
+            assert admin.list_partition_reassignments() == {KafkaTopicPartition("cx", 0): {
+                "replicas": [1, 2], "adding_replicas": [2], "removing_replicas": []}}
+            assert admin.alter_partition_reassignments({KafkaTopicPartition("cx", 0): [1, 9]}) == {
+                KafkaTopicPartition("cx", 0): InvalidReplicationAssignmentError}
+        finally:
+            admin.close()
         res = _cli(cluster.bootstrap, "--list")
         assert res.stdout.splitlines() == ["Current partition reassignments:",
                                            "cx-0: replicas: 1,2. adding: 2. removing: ."], res.stdout
