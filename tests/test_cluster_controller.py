@@ -125,3 +125,54 @@ def test_a_new_controller_takes_dead_replicas_out_of_the_isr(connect):
             await b.close()
             await c.close()
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_move_outlives_its_controller_and_completes_when_the_targets_are_in_sync(connect):
+    """A reassignment's sets live in the topic's znode: a controller elected while a move is in flight lists it
+    even when asked the moment it is elected (the request waits for its failover, which reads the assignments),
+    and completes it once the leader reports every target replica in the ISR: the leader stays (it is a target),
+    the ISR and the assignment lose the removed replica, the leader epoch goes up."""
+    async def main():
+        a, b, c = await _broker(connect, 1), await _broker(connect, 2), await _broker(connect, 3)
+        ca, cb = Controller(a, 1), Controller(b, 2)
+        ca.start()
+        await asyncio.sleep(0.5)
+        cb.start()
+        try:
+            await b.create_topic(z.TopicAssignment("t", uuid.uuid4(), {0: [1, 2]}), {})
+            await _state_becomes(b, "t", 0, (1, (1, 2), 0))
+            assert await ca.alter_reassignments({("t", 0): [1, 3], ("t", 5): [1, 2], ("nope", 0): [1]}) == {
+                ("t", 0): (0, None), ("t", 5): (3, "The partition does not exist."),
+                ("nope", 0): (3, "The partition does not exist.")}
+            assignment = await b.topic_assignment("t")
+            assert (assignment.partitions, assignment.adding, assignment.removing) == ({0: [1, 3, 2]}, {0: [3]},
+                                                                                       {0: [2]})
+            assert (await ca.alter_reassignments({("t", 0): [1, 9]}))[("t", 0)][0] == 39  # broker 9 is not alive
+            await ca.stop()
+            await a.close()
+            for _ in range(400):
+                if cb.active:
+                    break
+                await asyncio.sleep(0.005)
+            listed = await cb.list_reassignments(None)  # asked at once
+            assert {tp: (s.replicas, s.adding, s.removing) for tp, s in listed.items()} == {
+                ("t", 0): ((1, 3, 2), (3,), (2,))}, listed
+            # broker 1 is dead now: the move waits (its target [1, 3] needs 1 in sync); bring it back as leader
+            # of an ISR with 3 in it, as a leader that took 3 in would write it
+            a = await _broker(connect, 1)
+            # the move's start bumped the epoch (1); 1 left the ISR when it died and 2 leads (2)
+            state = await _state_becomes(b, "t", 0, (2, (2,), 2))
+            written = await b.update_isr("t", 0, z.PartitionState(2, 2, (2, 1, 3), state.controller_epoch,
+                                                                   state.zk_version), state.zk_version)
+            assert written is not None
+            await b.announce_isr_changes([("t", 0)])
+            await _state_becomes(b, "t", 0, (1, (1, 3), 3))  # leader 2 is removed: the first target in sync leads
+            assignment = await b.topic_assignment("t")
+            assert (assignment.partitions, assignment.adding, assignment.removing) == ({0: [1, 3]}, {}, {})
+            assert await cb.list_reassignments(None) == {}
+            assert (await cb.alter_reassignments({("t", 0): None}))[("t", 0)][0] == 85  # nothing to cancel
+        finally:
+            await cb.stop()
+            for s in (a, b, c):
+                await s.close()
+    asyncio.run(asyncio.wait_for(main(), 90))

@@ -48,9 +48,11 @@ class ReassignmentApis:
         topics = body.get("topics")
         wanted = None if topics is None else [(t["name"], p) for t in topics for p in t["partition_indexes"]]
         try:
-            moving = self.controller.list_reassignments(wanted)
+            moving = await self.controller.list_reassignments(wanted, max(body.get("timeout_ms", 60000), 0) / 1000)
         except KafkaliteError as exc:
             return _whole_request_error(exc.error_code, str(exc), topics=[])
+        except TimeoutError:
+            return _whole_request_error(E.REQUEST_TIMED_OUT, "the controller did not answer in time", topics=[])
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (t, p), sets in sorted(moving.items()):
             by_topic.setdefault(t, []).append({"partition_index": p, "replicas": list(sets.replicas),

@@ -904,12 +904,17 @@ class Controller:
         log.info("Reassignment of %s-%d done: replicas %s, leader %d%s", *tp, list(sets.target), leader,
                  f", removed {list(sets.removing)}" if sets.removing else "")
 
-    def list_reassignments(self, partitions: Iterable[TopicPartition] | None
-                           ) -> dict[TopicPartition, ReplicaSets]:
-        """ListPartitionReassignments: the moving partitions (of `partitions`, or all) and their sets."""
-        self._require()
-        wanted = self._moving() if partitions is None else [tp for tp in partitions if self._sets(tp).moving]
-        return {tp: self._sets(tp) for tp in wanted}
+    async def list_reassignments(self, partitions: Iterable[TopicPartition] | None, timeout_s: float = 60.0
+                                 ) -> dict[TopicPartition, ReplicaSets]:
+        """ListPartitionReassignments: the moving partitions (of `partitions`, or all) and their sets. An event
+        like the others, so a controller just elected answers after its failover has read the assignments."""
+        wanted = None if partitions is None else list(partitions)
+
+        async def listed() -> dict[TopicPartition, ReplicaSets]:
+            self._require()
+            moving = self._moving() if wanted is None else [tp for tp in wanted if self._sets(tp).moving]
+            return {tp: self._sets(tp) for tp in moving}
+        return await self._call(listed, timeout_s)
 
     # --- requests to brokers -----------------------------------------------------------------------
 
