@@ -118,6 +118,12 @@ def test_a_move_in_progress_is_listed_and_cancelled(cluster, tmp_path):
                 KafkaTopicPartition("cx", 0): InvalidReplicationAssignmentError}
         finally:
             admin.close()
+        # (broker 3's metadata: the controller's UpdateMetadata for broker 1 waits behind the cut link)
+        res = subprocess.run([sys.executable, "-m", "kafkalite.cli.main", "topics", "--bootstrap-server",
+                              cluster.brokers[3].bootstrap, "--describe", "--topic", "cx"], capture_output=True,
+                             text=True, timeout=60)
+        assert "\tPartition: 0\tLeader: 1\tReplicas: 1,2\tIsr: 1\tAdding Replicas: 2\tRemoving Replicas: \n" \
+            in res.stdout, res.stdout + res.stderr  # as kafka-topics.sh --describe shows a move
         res = _cli(cluster.bootstrap, "--list")
         assert res.stdout.splitlines() == ["Current partition reassignments:",
                                            "cx-0: replicas: 1,2. adding: 2. removing: ."], res.stdout

@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from kafkalite.cli.common import add_command_config, client_security, unreachable
+from kafkalite.cli.reassign_partitions import list_reassignments
 from kafkalite.client import KafkaClient, KafkaClientError, topics_of
 from kafkalite.errors import InvalidConfigError
 
@@ -92,6 +93,7 @@ def _run(client: KafkaClient, args: Any) -> int:
             print(t["name"])
     else:
         meta = client.metadata([args.topic] if args.topic else None)
+        moving = _moving(client)
         found = False
         for t in topics_of(meta):
             if t["error_code"]:
@@ -105,11 +107,30 @@ def _run(client: KafkaClient, args: Any) -> int:
             for p in sorted(t["partitions"], key=lambda p: p["partition_index"]):
                 print(f"\tTopic: {t['name']}\tPartition: {p['partition_index']}\tLeader: {p['leader_id']}"
                       f"\tReplicas: {','.join(map(str, p['replica_nodes']))}"
-                      f"\tIsr: {','.join(map(str, p['isr_nodes']))}")
+                      f"\tIsr: {','.join(map(str, p['isr_nodes']))}" + _move_columns(moving.get(
+                          (t["name"], p["partition_index"]))))
         if args.topic and not found:
             print(f"Error: topic {args.topic} does not exist")
             return 1
     return 0
+
+
+def _moving(client: KafkaClient) -> dict[tuple[str, int], dict[str, list[int]]]:
+    """The partitions being reassigned (as kafka-topics.sh --describe asks the controller), {} with a warning
+    when the controller cannot say."""
+    try:
+        return list_reassignments(client, timeout_ms=5000)
+    except (KafkaClientError, OSError) as exc:
+        print(f"Warning: cannot list partition reassignments ({exc}): moves in progress are not shown",
+              file=sys.stderr)
+        return {}
+
+
+def _move_columns(sets: dict[str, list[int]] | None) -> str:
+    if sets is None:
+        return ""
+    return (f"\tAdding Replicas: {','.join(map(str, sets['adding']))}"
+            f"\tRemoving Replicas: {','.join(map(str, sets['removing']))}")
 
 
 def _b64(topic_id: Any) -> str:
