@@ -176,3 +176,39 @@ def test_a_move_outlives_its_controller_and_completes_when_the_targets_are_in_sy
             for s in (a, b, c):
                 await s.close()
     asyncio.run(asyncio.wait_for(main(), 90))
+
+
+def test_new_partitions_and_a_move_of_the_same_topic_keep_each_other(connect):
+    """CreatePartitions (a broker's conditional write of the topic znode) keeps the replica sets of a move in
+    flight, and a move written right after new partitions, before the controller has read them, keeps them."""
+    async def main():
+        a, b = await _broker(connect, 1), await _broker(connect, 2)
+        ca = Controller(a, 1)
+        ca.start()
+        try:
+            await a.create_topic(z.TopicAssignment("t", uuid.uuid4(), {0: [1, 2]}), {})
+            await _state_becomes(a, "t", 0, (1, (1, 2), 0))
+            # a move that cannot finish (nothing fetches here): its sets stay in the znode
+            assert await ca.alter_reassignments({("t", 0): [2, 1]}) == {("t", 0): (0, None)}
+            assert await ca.alter_reassignments({("t", 0): [1, 2, 3]}) == {("t", 0): (39, (
+                "Replica assignment has brokers that are not alive. Replica list: [1, 2, 3], live broker list: "
+                "[1, 2]"))}
+            await a.create_topic(z.TopicAssignment("u", uuid.uuid4(), {0: [1]}), {})
+            await _state_becomes(a, "u", 0, (1, (1,), 0))
+            assert await ca.alter_reassignments({("u", 0): [2, 1]}) == {("u", 0): (0, None)}
+            moving = await a.topic_assignment("u")
+            await b.add_partitions(z.TopicAssignment("u", moving.topic_id, {0: [1], 1: [2]}), 1)
+            got = await a.topic_assignment("u")
+            assert (got.partitions, got.adding) == ({0: [2, 1], 1: [2]}, {0: [2]}), got
+            # a move of "t" written at once, before the controller has seen t's new partition
+            t = await a.topic_assignment("t")
+            await b.add_partitions(z.TopicAssignment("t", t.topic_id, {**t.partitions, 1: [2, 1]}), 1)
+            assert await ca.alter_reassignments({("t", 0): [1, 2]}) == {("t", 0): (0, None)}  # back: a cancel
+            got = await a.topic_assignment("t")
+            assert got.partitions == {0: [1, 2], 1: [2, 1]} and not got.adding, got
+            await _state_becomes(a, "t", 1, (2, (2, 1), 0))  # the new partition got its leader
+        finally:
+            await ca.stop()
+            await a.close()
+            await b.close()
+    asyncio.run(asyncio.wait_for(main(), 60))

@@ -791,7 +791,12 @@ class Controller:
         return [tp for tp in self._all_partitions() if self._sets(tp).moving]
 
     async def _write_sets(self, topic: str, sets: Mapping[int, ReplicaSets]) -> None:
-        """The topic's znode with these partitions' replica sets (one write for all of them)."""
+        """The topic's znode with these partitions' replica sets (one write for all of them). Partitions a
+        CreatePartitions added since the controller last read the znode are taken up first, so the write cannot
+        drop them."""
+        current = await self.store.topic_assignment(topic)
+        if current is not None and current.partitions.keys() != self.assignments[topic].partitions.keys():
+            await self._init_partitions(await self._load_topic(topic))
         a = self.assignments[topic]
         partitions, adding, removing = dict(a.partitions), dict(a.adding), dict(a.removing)
         for p, rs in sets.items():

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -328,7 +329,11 @@ class ZkStore(ClusterStore):
             current = TopicAssignment.decode(assignment.topic, data)
             if len(current.partitions) != expected_partitions:
                 raise BadVersionError()
-            self.zk.set(z.topic_path(assignment.topic), assignment.encode(), version=stat.version)
+            # only the new partitions are taken from `assignment`: the rest (a reassignment's replica sets
+            # included) stays as the store has it, the version check making read and write one step
+            added = {p: r for p, r in assignment.partitions.items() if p not in current.partitions}
+            merged = replace(current, partitions={**current.partitions, **added})
+            self.zk.set(z.topic_path(assignment.topic), merged.encode(), version=stat.version)
         await self._run(run)
 
     async def set_topic_assignment(self, lease: ControllerLease, assignment: TopicAssignment) -> None:
