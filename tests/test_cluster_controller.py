@@ -130,8 +130,8 @@ def test_a_new_controller_takes_dead_replicas_out_of_the_isr(connect):
 def test_a_move_outlives_its_controller_and_completes_when_the_targets_are_in_sync(connect):
     """A reassignment's sets live in the topic's znode: a controller elected while a move is in flight lists it
     even when asked the moment it is elected (the request waits for its failover, which reads the assignments),
-    and completes it once the leader reports every target replica in the ISR: the leader stays (it is a target),
-    the ISR and the assignment lose the removed replica, the leader epoch goes up."""
+    and completes it once the leader reports every target replica in the ISR: the leader, being removed, hands
+    over to the first target replica in sync, the ISR and the assignment lose it, the leader epoch goes up."""
     async def main():
         a, b, c = await _broker(connect, 1), await _broker(connect, 2), await _broker(connect, 3)
         ca, cb = Controller(a, 1), Controller(b, 2)
