@@ -822,7 +822,7 @@ class Controller:
         self._require()
         out: dict[TopicPartition, Outcome] = {}
         moves: dict[str, dict[int, tuple[ReplicaSets, ReplicaSets]]] = {}
-        live = {b for b in self.live if b not in self.shutting_down}
+        live = set(self.live)  # as Kafka: live or shutting down
         for tp, target in sorted(wanted.items()):
             if tp[0] in self._deleting or tp[1] not in self.assignments.get(tp[0], _NO_ASSIGNMENT).partitions:
                 out[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
