@@ -10,11 +10,14 @@ each figure next to the machine limit it is judged by, measured in the same run.
   client, retrying as Kafka's producers do) vs zookeeper.session.timeout.ms + 2 s;
 - catch-up: a follower killed, N bytes produced, the follower restarted -> back in the ISR with a log as
   long as the leader's (DescribeLogDirs sizes equal) vs 2x the time loopback sendfile needs for N bytes.
+- reassign: a partition of N bytes on brokers [1, 2] moved to [3, 2] (AlterPartitionReassignments, as
+  `kafkalite reassign-partitions --execute`) -> the move complete (broker 3 copied it, leads it, broker 1's
+  replica deleted), judged by the same limit as the catch-up: the copy is a follower's fetch.
 
 Sizes: BENCH_REPL_MIB (throughput data per run, default 64), BENCH_CATCHUP_MIB (N, default 128 for a
 quick run; the issue's figure is BENCH_CATCHUP_MIB=1024), BENCH_REPL_FAILOVERS (default 3),
-BENCH_REPEATS as everywhere; BENCH_REPL_PARTS (comma-separated of throughput, latency, failover, catchup;
-default all) runs only those parts, e.g. `BENCH_REPL_PARTS=catchup` to iterate on the catch-up. Skipped with a
+BENCH_REPEATS as everywhere; BENCH_REPL_PARTS (comma-separated of throughput, latency, failover, catchup,
+reassign; default all) runs only those parts, e.g. `BENCH_REPL_PARTS=catchup` to iterate on the catch-up. Skipped with a
 message when ZooKeeper is not installed.
 """
 
@@ -38,7 +41,8 @@ from tests.support.zookeeper import ZooKeeperServer, missing
 DATA_BYTES = int(os.environ.get("BENCH_REPL_MIB", "64")) * MiB
 CATCHUP_BYTES = int(os.environ.get("BENCH_CATCHUP_MIB", "128")) * MiB
 FAILOVERS = int(os.environ.get("BENCH_REPL_FAILOVERS", "3"))
-PARTS = {p.strip() for p in os.environ.get("BENCH_REPL_PARTS", "throughput,latency,failover,catchup").split(",")}
+PARTS = {p.strip() for p in os.environ.get("BENCH_REPL_PARTS",
+                                           "throughput,latency,failover,catchup,reassign").split(",")}
 LATENCY_SAMPLES = 1500
 LAG_TIME_MS = 3000  # replica.lag.time.max.ms for the run (reference §7.3): a dead follower leaves the ISR soon
 
@@ -220,6 +224,36 @@ def _catch_up(cluster: Cluster, results: dict, d) -> None:
                           f"limit {limit:.2f} s (2x loopback sendfile)", "<= 100%")
 
 
+def _reassign(cluster: Cluster, results: dict, d) -> None:
+    sf = _loopback_sendfile(d / "sf", CATCHUP_BYTES)
+    sendfile_rate = statistics.median(CATCHUP_BYTES / sf()[1] for _ in range(3))
+    (d / "sf").unlink()
+    limit = 2 * CATCHUP_BYTES / sendfile_rate
+    label = f"replication: partition of {CATCHUP_BYTES // MiB:,} MiB moved from brokers [1, 2] to [3, 2]"
+    cluster.agreed_view(lambda v: len(v[1]) == 3, timeout_s=60)
+    _create(cluster, "ra", [1, 2])
+    _raw_produce(cluster.brokers[1].port, "ra", CATCHUP_BYTES)
+    _wait(lambda: _log_size(cluster, 2, "ra") >= _log_size(cluster, 1, "ra") > 0, 60, "broker 2 to copy ra-0")
+    prefault(CATCHUP_BYTES + 256 * MiB)
+    t0 = time.monotonic()
+    move = {"timeout_ms": 30000, "topics": [{"name": "ra", "partitions": [{"partition_index": 0, "replicas": [3, 2]}]}]}
+    res = cluster.request(cluster.controller_id(), ApiKey.ALTER_PARTITION_REASSIGNMENTS, move)
+    assert res["responses"][0]["partitions"][0]["error_code"] == 0, res
+
+    def done() -> bool:
+        doc = cluster.zk_json("/brokers/topics/ra")
+        return doc["partitions"]["0"] == [3, 2] and not doc.get("adding_replicas")
+    try:
+        _wait(done, max(60.0, 10 * limit), "the move of ra-0")
+    except TimeoutError:
+        results[label] = ("not complete", f"limit {limit:.2f} s (2x loopback sendfile)", "<= 100%")
+        return
+    took = time.monotonic() - t0
+    leader = _state(cluster, "ra", 2)[0]
+    results[label] = (f"{took:.2f} s ({fmt_rate(CATCHUP_BYTES / took)}), leader now {leader}",
+                      f"{took / limit:.0%} of 2x loopback sendfile time ({limit:.2f} s)", "<= 100%")
+
+
 def _first_fetch_after(log_path, offset: int, topic: str, wall0: float) -> float:
     """Seconds from `wall0` to the follower's log line saying it fetches `topic` (its start-up, ZooKeeper
     registration and the controller's LeaderAndIsr come first); -1 when not found."""
@@ -261,6 +295,8 @@ def bench_replication(results: dict) -> None:
             _failover(cluster, results)
         if "catchup" in PARTS:
             _catch_up(cluster, results, d)
+        if "reassign" in PARTS:
+            _reassign(cluster, results, d)
     finally:
         cluster.stop()
         zk.stop()
