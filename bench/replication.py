@@ -249,7 +249,7 @@ def _reassign(cluster: Cluster, results: dict, d) -> None:
         results[label] = ("not complete", f"limit {limit:.2f} s (2x loopback sendfile)", "<= 100%")
         return
     took = time.monotonic() - t0
-    leader = _state(cluster, "ra", 2)[0]
+    leader = cluster.partition_state("ra", 0)["leader"]
     results[label] = (f"{took:.2f} s ({fmt_rate(CATCHUP_BYTES / took)}), leader now {leader}",
                       f"{took / limit:.0%} of 2x loopback sendfile time ({limit:.2f} s)", "<= 100%")
 
