@@ -189,11 +189,17 @@ def _log_size(cluster: Cluster, bid: int, topic: str) -> int:
     return -1
 
 
-def _catch_up(cluster: Cluster, results: dict, d) -> None:
+def _copy_limit(d) -> tuple[float, float]:
+    """(limit s, loopback sendfile rate) for copying CATCHUP_BYTES to a follower: 2x the time loopback sendfile
+    needs for them, measured now (median of 3). The catch-up and the reassignment are judged by it."""
     sf = _loopback_sendfile(d / "sf", CATCHUP_BYTES)
     sendfile_rate = statistics.median(CATCHUP_BYTES / sf()[1] for _ in range(3))
     (d / "sf").unlink()
-    limit = 2 * CATCHUP_BYTES / sendfile_rate
+    return 2 * CATCHUP_BYTES / sendfile_rate, sendfile_rate
+
+
+def _catch_up(cluster: Cluster, results: dict, d) -> None:
+    limit, sendfile_rate = _copy_limit(d)
     label = f"replication: follower restarted {CATCHUP_BYTES // MiB:,} MiB behind -> back in the ISR"
     cluster.agreed_view(lambda v: len(v[1]) == 3, timeout_s=60)  # the last failover's broker is back
     _create(cluster, "cu", [1, 2, 3])
@@ -225,10 +231,7 @@ def _catch_up(cluster: Cluster, results: dict, d) -> None:
 
 
 def _reassign(cluster: Cluster, results: dict, d) -> None:
-    sf = _loopback_sendfile(d / "sf", CATCHUP_BYTES)
-    sendfile_rate = statistics.median(CATCHUP_BYTES / sf()[1] for _ in range(3))
-    (d / "sf").unlink()
-    limit = 2 * CATCHUP_BYTES / sendfile_rate
+    limit, _rate = _copy_limit(d)
     label = f"replication: partition of {CATCHUP_BYTES // MiB:,} MiB moved from brokers [1, 2] to [3, 2]"
     cluster.agreed_view(lambda v: len(v[1]) == 3, timeout_s=60)
     _create(cluster, "ra", [1, 2])

@@ -32,6 +32,15 @@ async def _broker(connect, bid: int) -> ZkStore:
     return s
 
 
+async def _controllers(a: ZkStore, b: ZkStore) -> tuple[Controller, Controller]:
+    """Controllers on brokers 1 and 2, started half a second apart: broker 1's is elected, 2's stands by."""
+    ca, cb = Controller(a, 1), Controller(b, 2)
+    ca.start()
+    await asyncio.sleep(0.5)
+    cb.start()
+    return ca, cb
+
+
 def test_offline_election_keep_last_isr_member_and_unclean_election(connect):
     async def main():
         brokers = {bid: await _broker(connect, bid) for bid in (1, 2, 3, 4)}
@@ -80,10 +89,7 @@ def test_offline_election_keep_last_isr_member_and_unclean_election(connect):
 def test_a_second_controller_takes_over_and_the_first_resigns(connect):
     async def main():
         a, b = await _broker(connect, 1), await _broker(connect, 2)
-        ca, cb = Controller(a, 1), Controller(b, 2)
-        ca.start()
-        await asyncio.sleep(0.5)
-        cb.start()
+        ca, cb = await _controllers(a, b)
         try:
             await asyncio.sleep(0.5)
             assert ca.active and not cb.active and cb.controller_id == 1
@@ -108,10 +114,7 @@ def test_a_new_controller_takes_dead_replicas_out_of_the_isr(connect):
     leaders' ISR shrink (replica.lag.time.max.ms)."""
     async def main():
         a, b, c = await _broker(connect, 1), await _broker(connect, 2), await _broker(connect, 3)
-        ca, cb = Controller(a, 1), Controller(b, 2)
-        ca.start()
-        await asyncio.sleep(0.5)
-        cb.start()
+        ca, cb = await _controllers(a, b)
         try:
             await b.create_topic(z.TopicAssignment("t", uuid.uuid4(), {0: [2, 1, 3], 1: [1, 2, 3]}), {})
             await _state_becomes(b, "t", 0, (2, (2, 1, 3), 0))
@@ -134,10 +137,7 @@ def test_a_move_outlives_its_controller_and_completes_when_the_targets_are_in_sy
     over to the first target replica in sync, the ISR and the assignment lose it, the leader epoch goes up."""
     async def main():
         a, b, c = await _broker(connect, 1), await _broker(connect, 2), await _broker(connect, 3)
-        ca, cb = Controller(a, 1), Controller(b, 2)
-        ca.start()
-        await asyncio.sleep(0.5)
-        cb.start()
+        ca, cb = await _controllers(a, b)
         try:
             await b.create_topic(z.TopicAssignment("t", uuid.uuid4(), {0: [1, 2]}), {})
             await _state_becomes(b, "t", 0, (1, (1, 2), 0))

@@ -863,22 +863,17 @@ class Controller:
 
     async def _start_reassignment(self, tp: TopicPartition, old: ReplicaSets, new: ReplicaSets) -> None:
         """Tell the replicas of the new sets (a new epoch: the leader learns its new followers, new replicas create
-        their logs); replicas an earlier target had added and this one drops are deleted."""
-        dropped = [b for b in old.replicas if b not in new.replicas]
-        for _attempt in range(3):
-            state = await self._fresh(tp)
-            if state is None or state.leader == NO_LEADER or not self._electable(state.leader):
-                break  # no leader to follow now: the next election sends the new replicas their LeaderAndIsr
+        their logs); replicas an earlier target had added and this one drops are deleted. Without a live leader
+        nothing is bumped: the next election sends the new replicas their LeaderAndIsr."""
+        def bump(state: PartitionState, _replicas: list[int]) -> tuple[int, tuple[int, ...]] | None:
+            if state.leader == NO_LEADER or not self._electable(state.leader):
+                return None
             leader = state.leader if state.leader in new.replicas else self._leader_after(new, state)
             isr = tuple(b for b in state.isr if b in new.replicas)
-            if leader is None or not isr:
-                break
-            if await self._write(tp, replace(state, leader=leader, isr=isr, leader_epoch=state.leader_epoch + 1)):
-                self._leader_and_isr([tp])
-                break
-        for b in dropped:
-            if b in self.live:
-                self._stop_replica(b, [tp], delete=True)
+            return (leader, isr) if leader is not None and isr else None
+        if await self._elect_with(tp, bump):
+            self._leader_and_isr([tp])
+        self._delete_replicas(tp, [b for b in old.replicas if b not in new.replicas])
         self._update_metadata(self.live, [tp])
         await self._maybe_complete_reassignment(tp)
 
@@ -888,26 +883,27 @@ class Controller:
         sets = self._sets(tp)
         if not sets.moving:
             return
-        for _attempt in range(3):
-            state = await self._fresh(tp)
-            if state is None or not all(b in state.isr for b in sets.target):
-                return
+
+        def finish(state: PartitionState, _replicas: list[int]) -> tuple[int, tuple[int, ...]] | None:
             leader = self._leader_after(sets, state)
-            if leader is None:
-                return
-            isr = tuple(b for b in state.isr if b in sets.target)
-            if await self._write(tp, replace(state, leader=leader, isr=isr, leader_epoch=state.leader_epoch + 1)):
-                break
-        else:
+            if leader is None or not all(b in state.isr for b in sets.target):
+                return None
+            return leader, tuple(b for b in state.isr if b in sets.target)
+        if not await self._elect_with(tp, finish):
             return
         await self._write_sets(tp[0], {tp[1]: sets.done()})
         self._leader_and_isr([tp])
-        for b in sets.removing:
+        self._delete_replicas(tp, sets.removing)
+        self._update_metadata(self.live, [tp])
+        log.info("Reassignment of %s-%d done: replicas %s, leader %d%s", *tp, list(sets.target),
+                 self.states[tp].leader, f", removed {list(sets.removing)}" if sets.removing else "")
+
+    def _delete_replicas(self, tp: TopicPartition, brokers: Iterable[int]) -> None:
+        """StopReplica(delete) to those of `brokers` that are live (a dead one deletes its copy when it returns:
+        ClusterNode._strays)."""
+        for b in brokers:
             if b in self.live:
                 self._stop_replica(b, [tp], delete=True)
-        self._update_metadata(self.live, [tp])
-        log.info("Reassignment of %s-%d done: replicas %s, leader %d%s", *tp, list(sets.target), leader,
-                 f", removed {list(sets.removing)}" if sets.removing else "")
 
     async def list_reassignments(self, partitions: Iterable[TopicPartition] | None, timeout_s: float = 60.0
                                  ) -> dict[TopicPartition, ReplicaSets]:
