@@ -788,7 +788,9 @@ class Controller:
                            tuple(a.removing.get(tp[1], ())))
 
     def _moving(self) -> list[TopicPartition]:
-        return [tp for tp in self._all_partitions() if self._sets(tp).moving]
+        """The partitions being reassigned, from the topics' adding/removing sets (not a look at every partition:
+        a failover runs this over all of them)."""
+        return [(t, p) for t, a in sorted(self.assignments.items()) for p in sorted({*a.adding, *a.removing})]
 
     async def _write_sets(self, topic: str, sets: Mapping[int, ReplicaSets]) -> None:
         """The topic's znode with these partitions' replica sets (one write for all of them). Partitions a
