@@ -209,3 +209,38 @@ def test_unreachable_zookeeper_is_named():
         with pytest.raises(KafkaliteError, match=r"cannot connect to ZooKeeper at 127.0.0.1:\d+ \(zookeeper.connect\)"):
             await s.start()
     run(main())
+
+
+def test_a_controller_topic_write_keeps_partitions_another_broker_added_meanwhile(zk_connect):
+    """The controller's change of a topic's znode (a reassignment's replica sets) is conditional on the version it
+    read: a CreatePartitions landing between its read and its write (here, from inside the change) makes it read
+    and change again instead of writing the old partition list back over the new partition."""
+    async def main():
+        a, b = ZkStore(zk_connect, 3000), ZkStore(zk_connect, 3000)
+        await a.start()
+        await b.start()
+        loop = asyncio.get_running_loop()
+        seen: list[list[int]] = []
+        try:
+            lease = await a.elect_controller(1)
+            assert lease is not None
+            await b.create_topic(z.TopicAssignment("t", uuid.uuid4(), {0: [1, 2], 1: [2, 1]}), {})
+
+            def change(t: z.TopicAssignment) -> z.TopicAssignment:
+                seen.append(sorted(t.partitions))
+                if len(seen) == 1:  # another broker's CreatePartitions, between this read and its write
+                    grown = z.TopicAssignment("t", t.topic_id, {**t.partitions, 2: [1, 2]})
+                    asyncio.run_coroutine_threadsafe(b.add_partitions(grown, 2), loop).result(30)
+                return z.TopicAssignment("t", t.topic_id, {**t.partitions, 0: [3, 1, 2]}, adding={0: [3]},
+                                         removing={0: [2]})
+            written = await a.update_topic_assignment(lease, "t", change)
+            assert seen == [[0, 1], [0, 1, 2]]
+            got = await b.topic_assignment("t")
+            assert got == written and got is not None
+            assert got.partitions == {0: [3, 1, 2], 1: [2, 1], 2: [1, 2]}
+            assert got.adding == {0: [3]} and got.removing == {0: [2]}
+            assert await a.update_topic_assignment(lease, "gone", lambda t: t) is None
+        finally:
+            await a.close()
+            await b.close()
+    run(main())

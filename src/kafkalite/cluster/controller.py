@@ -243,8 +243,11 @@ class Controller:
         if assignment is None:
             return []
         if assignment.topic_id.int == 0:  # written without a topic id (an old tool): give it one
-            assignment = replace(assignment, topic_id=uuid.uuid4())
-            await self.store.set_topic_assignment(self._require(), assignment)
+            topic_id = uuid.uuid4()
+            assignment = await self.store.update_topic_assignment(
+                self._require(), topic, lambda a: a if a.topic_id.int else replace(a, topic_id=topic_id))
+            if assignment is None:
+                return []
         self.assignments[topic] = assignment
         if topic not in self._watched_topics:
             self._watched_topics.add(topic)
@@ -793,24 +796,26 @@ class Controller:
         return [(t, p) for t, a in sorted(self.assignments.items()) for p in sorted({*a.adding, *a.removing})]
 
     async def _write_sets(self, topic: str, sets: Mapping[int, ReplicaSets]) -> None:
-        """The topic's znode with these partitions' replica sets (one write for all of them). Partitions a
-        CreatePartitions added since the controller last read the znode are taken up first, so the write cannot
-        drop them."""
-        current = await self.store.topic_assignment(topic)
-        if current is not None and current.partitions.keys() != self.assignments[topic].partitions.keys():
-            await self._init_partitions(await self._load_topic(topic))
-        a = self.assignments[topic]
-        partitions, adding, removing = dict(a.partitions), dict(a.adding), dict(a.removing)
-        for p, rs in sets.items():
-            partitions[p] = list(rs.replicas)
-            for field, got in ((adding, rs.adding), (removing, rs.removing)):
-                if got:
-                    field[p] = list(got)
-                else:
-                    field.pop(p, None)
-        new = replace(a, partitions=partitions, adding=adding, removing=removing)
-        await self.store.set_topic_assignment(self._require(), new)
+        """The topic's znode with these partitions' replica sets (one write for all of them), changed as the store
+        has it: partitions a CreatePartitions added since the controller last read the znode (or adds while this
+        write is under way: the write is conditional on the version it changed) stay, and are taken up here."""
+        def change(a: TopicAssignment) -> TopicAssignment:
+            partitions, adding, removing = dict(a.partitions), dict(a.adding), dict(a.removing)
+            for p, rs in sets.items():
+                partitions[p] = list(rs.replicas)
+                for field, got in ((adding, rs.adding), (removing, rs.removing)):
+                    if got:
+                        field[p] = list(got)
+                    else:
+                        field.pop(p, None)
+            return replace(a, partitions=partitions, adding=adding, removing=removing)
+        new = await self.store.update_topic_assignment(self._require(), topic, change)
+        if new is None:
+            return  # deleted meanwhile: the deletion's event cleans up
+        added = new.partitions.keys() - self.assignments[topic].partitions.keys()
         self.assignments[topic] = new
+        if added:
+            await self._init_partitions(await self._load_topic(topic))
 
     async def alter_reassignments(self, wanted: Mapping[TopicPartition, list[int] | None], timeout_s: float = 60.0
                                   ) -> dict[TopicPartition, Outcome]:

@@ -90,9 +90,12 @@ class ClusterStore(ABC):
         """Replace a topic's assignment by one with more partitions, if it still has `expected_partitions`."""
 
     @abstractmethod
-    async def set_topic_assignment(self, lease: ControllerLease, assignment: TopicAssignment) -> None:
-        """Replace a topic's assignment (its id given by the controller, a reassignment's replica sets), fenced by
-        the controller's lease."""
+    async def update_topic_assignment(self, lease: ControllerLease, topic: str,
+                                      change: Callable[[TopicAssignment], TopicAssignment]) -> TopicAssignment | None:
+        """Read a topic's assignment, write `change(assignment)` in its place (its id given by the controller, a
+        reassignment's replica sets), fenced by the controller's lease and conditional on the version read; when
+        another writer came between (a CreatePartitions adding partitions), read and change again, so nothing
+        written meanwhile is lost. Returns what was written; None when the topic does not exist."""
 
     @abstractmethod
     async def partition_state(self, topic: str, partition: int) -> PartitionState | None: ...

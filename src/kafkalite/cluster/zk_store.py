@@ -336,8 +336,25 @@ class ZkStore(ClusterStore):
             self.zk.set(z.topic_path(assignment.topic), merged.encode(), version=stat.version)
         await self._run(run)
 
-    async def set_topic_assignment(self, lease: ControllerLease, assignment: TopicAssignment) -> None:
-        await self._run(self._fenced, lease, lambda t: t.set_data(z.topic_path(assignment.topic), assignment.encode()))
+    async def update_topic_assignment(self, lease: ControllerLease, topic: str,
+                                      change: Callable[[TopicAssignment], TopicAssignment]) -> TopicAssignment | None:
+        path = z.topic_path(topic)
+
+        def run() -> TopicAssignment | None:
+            while True:
+                try:
+                    data, stat = self.zk.get(path)
+                except NoNodeError:
+                    return None
+                new = change(TopicAssignment.decode(topic, data))
+                try:
+                    self._fenced(lease, lambda t: t.set_data(path, new.encode(), version=stat.version))
+                except BadVersionError:
+                    continue  # written since the read (a CreatePartitions): change what is there now
+                except NoNodeError:
+                    return None  # deleted since the read
+                return new
+        return await self._run(run)
 
     async def partition_state(self, topic: str, partition: int) -> PartitionState | None:
         path = z.partition_state_path(topic, partition)
