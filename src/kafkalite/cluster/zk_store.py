@@ -347,8 +347,9 @@ class ZkStore(ClusterStore):
                 except NoNodeError:
                     return None
                 new = change(TopicAssignment.decode(topic, data))
+                encoded, version = new.encode(), stat.version
                 try:
-                    self._fenced(lease, lambda t: t.set_data(path, new.encode(), version=stat.version))
+                    self._fenced(lease, lambda t, d=encoded, v=version: t.set_data(path, d, version=v))
                 except BadVersionError:
                     continue  # written since the read (a CreatePartitions): change what is there now
                 except NoNodeError:
