@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -347,9 +348,9 @@ class ZkStore(ClusterStore):
                 except NoNodeError:
                     return None
                 new = change(TopicAssignment.decode(topic, data))
-                encoded, version = new.encode(), stat.version
+                write = functools.partial(_set_data, path=path, data=new.encode(), version=stat.version)
                 try:
-                    self._fenced(lease, lambda t, d=encoded, v=version: t.set_data(path, d, version=v))
+                    self._fenced(lease, write)
                 except BadVersionError:
                     continue  # written since the read (a CreatePartitions): change what is there now
                 except NoNodeError:
@@ -649,3 +650,8 @@ class ZkStore(ClusterStore):
 
     async def create_sequential(self, prefix: str, data: bytes) -> str:
         return await self._run(self.zk.create, prefix, data, sequence=True, makepath=True)
+
+
+def _set_data(t: Any, *, path: str, data: bytes, version: int) -> None:
+    """A transaction's conditional set (bound with functools.partial where a lambda would capture loop variables)."""
+    t.set_data(path, data, version=version)
