@@ -1,5 +1,6 @@
 """The admin sub-commands against a real broker, checked with real clients: topics --alter, configs,
-get-offsets, delete-records, groups --reset-offsets / --delete, log-dirs (and DescribeLogDirs itself)."""
+get-offsets, delete-records, groups --reset-offsets / --delete, log-dirs (and DescribeLogDirs itself),
+broker-api-versions."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from confluent_kafka import Producer  # noqa: E402
 
 # Record timestamps within retention.ms (7 days): older ones are deleted by the broker's retention pass.
 RECENT = (int(time.time()) - 3600) * 1000
-COMMANDS = ["produce", "consume", "topics", "groups", "configs", "get-offsets", "delete-records", "log-dirs"]
+COMMANDS = ["produce", "consume", "topics", "groups", "configs", "get-offsets", "delete-records", "log-dirs",
+            "broker-api-versions"]
 
 
 @pytest.fixture(scope="module")
@@ -219,3 +221,49 @@ def test_describe_log_dirs_with_kafka_python_and_the_cli(broker, admin):
     assert sorted(ld["partitions"], key=lambda p: p["partition"]) == [
         {"partition": "sized-0", "size": 0, "offsetLag": 0, "isFuture": False},
         {"partition": "sized-1", "size": on_disk, "offsetLag": 0, "isFuture": False}]
+
+
+def test_broker_api_versions_prints_what_kafka_python_reads(broker, admin):
+    """kafka-broker-api-versions.sh's text: each broker, then one line per API key in order with the broker's
+    range and the version this tool would use; the names and ranges are what kafka-python's ApiVersions read."""
+    import re
+
+    from kafka.protocol.api_key import ApiKey as KpApiKey  # kafka-python's own names (Kafka's)
+
+    r = kl("broker-api-versions", "--bootstrap-server", broker.bootstrap)
+    assert r.returncode == 0, r.stdout + r.stderr
+    head, *lines = r.stdout.splitlines()
+    assert head == f"127.0.0.1:{broker.port} (id: 1 rack: null) -> (" and lines[-1] == ")"
+    body = lines[:-1]
+    assert all(line.startswith("\t") for line in body) and all(line.endswith(",") for line in body[:-1])
+    parsed = {}
+    for line in body:
+        m = re.fullmatch(r"\t(\w+)\((\d+)\): (?:(\d+)(?: to (\d+))? \[usable: (\d+)\]|UNSUPPORTED),?", line)
+        assert m, line
+        name, key, lo, hi, usable = m.groups()
+        parsed[int(key)] = (name, None if lo is None else (int(lo), int(hi or lo)), usable)
+    assert list(parsed) == sorted(parsed)
+    theirs = admin.api_versions()
+    for key, (lo, hi) in theirs.items():
+        name, ours, usable = parsed[int(key)]
+        assert (name, ours, int(usable)) == (KpApiKey(int(key)).name, (lo, hi), hi), (key, parsed[int(key)])
+    unsupported = {k for k, (_, rng, _) in parsed.items() if rng is None}
+    assert unsupported and not unsupported & {int(k) for k in theirs}
+    assert parsed[24][0] == "AddPartitionsToTxn" and 24 in unsupported
+
+
+def test_broker_api_versions_text_marks_versions_this_tool_cannot_use():
+    """A broker newer or older than this tool's codecs: Kafka's `[unusable: node too new/old]`; an API this tool
+    has no codec for gets no bracket; an id no one knows is UNKNOWN."""
+    from kafkalite.cli.broker_api_versions import versions_text
+    from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey
+
+    hi = SUPPORTED_VERSIONS[ApiKey.PRODUCE][1]
+    fetch_lo = SUPPORTED_VERSIONS[ApiKey.FETCH][0]
+    assert fetch_lo > 0  # (Fetch before v4 is not spoken here)
+    text = versions_text({0: (hi + 1, hi + 3), 1: (0, fetch_lo - 1), 24: (0, 4), 999: (1, 1)})
+    assert f"\tFetch(1): 0 to {fetch_lo - 1} [unusable: node too old]," in text
+    assert f"\tProduce(0): {hi + 1} to {hi + 3} [unusable: node too new]," in text
+    assert "\tAddPartitionsToTxn(24): 0 to 4,\n" in text
+    assert "\tUNKNOWN(999): 1\n)" in text
+    assert "\tMetadata(3): UNSUPPORTED," in text

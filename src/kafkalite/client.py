@@ -173,7 +173,8 @@ class BrokerConnection:
         self._sock = sock
         self._conn = ClientConnection(client_id)
         self._broken = ""  # why the byte stream can no longer be trusted
-        self.versions: dict[int, int] = {}
+        self.versions: dict[int, int] = {}  # api key -> the version used: the highest both sides have
+        self.broker_versions: dict[int, tuple[int, int]] = {}  # api key -> (min, max) the broker announced
         try:
             self._negotiate()
         except BaseException:
@@ -276,6 +277,7 @@ class BrokerConnection:
     def _negotiate(self) -> None:
         resp = self.request(ApiKey.API_VERSIONS, {}, version=0)
         for k in resp.get("api_keys", []):
+            self.broker_versions[k["api_key"]] = (k["min_version"], k["max_version"])
             ours = SUPPORTED_VERSIONS.get(k["api_key"])
             if ours is None:
                 continue

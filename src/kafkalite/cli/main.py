@@ -9,6 +9,7 @@ import sys
 from kafkalite import __version__
 from kafkalite.cli import (
     acls,
+    broker_api_versions,
     cluster,
     configs,
     console,
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     get_offsets.add_parser(sub)
     delete_records.add_parser(sub)
     log_dirs.add_parser(sub)
+    broker_api_versions.add_parser(sub)
     leader_election.add_parser(sub)
     reassign_partitions.add_parser(sub)
     dump_log.add_parser(sub)
