@@ -10,6 +10,7 @@ import sys
 import time
 from datetime import UTC, datetime
 
+import kafka.errors
 import pytest
 from kafka import KafkaConsumer
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
@@ -194,6 +195,46 @@ def test_groups_reset_offsets_and_delete(broker, admin):
     r = kl("groups", *bs, "--delete", "--group", "rg")
     assert r.returncode == 0 and "Deletion of requested consumer groups ('rg') was successful." in r.stdout, r.stdout
     assert "rg" not in kl("groups", *bs, "--list").stdout.split()
+
+
+def test_groups_delete_offsets(broker, admin):
+    """kafka-consumer-groups.sh --delete-offsets: a whole topic or some partitions; an active group keeps the
+    offsets of the topics it consumes (GROUP_SUBSCRIBED_TO_TOPIC), an unknown topic is reported; kafka-python's
+    delete_group_offsets reads the same."""
+    bs = ["--bootstrap-server", broker.bootstrap]
+    for t in ("dof", "dog"):
+        assert kl("topics", *bs, "--create", "--topic", t, "--partitions", "2").returncode == 0
+    admin.alter_group_offsets("dg", {KTP(t, p): OffsetAndMetadata(1 + p, "", -1) for t in ("dof", "dog")
+                                     for p in (0, 1)})
+
+    def committed() -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in admin.list_group_offsets("dg")["dg"]}
+
+    r = kl("groups", *bs, "--delete-offsets", "--group", "dg", "--topic", "dof", "--topic", "missing")
+    assert r.returncode == 1 and "partition level error" in r.stderr, r.stdout + r.stderr
+    rows = [[line[:30].strip(), line[31:46].strip(), line[47:]] for line in r.stdout.strip().splitlines()]
+    assert rows == [["TOPIC", "PARTITION", "STATUS"], ["dof", "0", "Successful"], ["dof", "1", "Successful"],
+                    ["missing", "Not Provided", "Error: UNKNOWN_TOPIC_OR_PARTITION"]]
+    assert committed() == {("dog", 0), ("dog", 1)}
+    r = kl("groups", *bs, "--delete-offsets", "--group", "dg", "--topic", "dog:1")
+    assert r.returncode == 0 and r.stdout.startswith("Request succeed for deleting offsets with topic dog group dg")
+    assert committed() == {("dog", 0)}
+    admin.alter_group_offsets("dg", {KTP("dof", 0): OffsetAndMetadata(5, "", -1)})
+    consumer = KafkaConsumer("dog", bootstrap_servers=broker.bootstrap, group_id="dg", enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + 30
+        while not consumer.assignment():
+            assert time.monotonic() < deadline
+            consumer.poll(timeout_ms=300)
+        assert admin.delete_group_offsets("dg", [KTP("dog", 0), KTP("dof", 0)]) == {
+            KTP("dog", 0): kafka.errors.GroupSubscribedToTopicError, KTP("dof", 0): kafka.errors.NoError}
+    finally:
+        consumer.close()
+    assert committed() == {("dog", 0)}
+    r = kl("groups", *bs, "--delete-offsets", "--group", "nobody", "--topic", "dog")
+    assert r.returncode == 1 and "'nobody' does not exist." in r.stderr
+    r = kl("groups", *bs, "--delete-offsets", "--group", "dg", "--all-topics")
+    assert r.returncode == 2 and "--delete-offsets needs one --group and at least one --topic" in r.stderr
 
 
 def test_describe_log_dirs_with_kafka_python_and_the_cli(broker, admin):

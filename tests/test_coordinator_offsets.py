@@ -1,5 +1,5 @@
 """Committed offsets: OffsetCommit/OffsetFetch across versions, persistence in `__consumer_offsets` across a
-restart, retention (offsets.retention.minutes), DeleteGroups, transactional replay, and lag."""
+restart, retention (offsets.retention.minutes), DeleteGroups, OffsetDelete, transactional replay, and lag."""
 
 from __future__ import annotations
 
@@ -307,6 +307,49 @@ def test_delete_groups(tmp_path):
         await coord.load()
         assert "empty" not in coord.groups and await fetch_all(coord, "empty") == {}
         assert "busy" in coord.groups
+        coord.close()
+        lm.shutdown()
+
+    asyncio.run(main())
+
+
+def test_offset_delete(tmp_path):
+    """OffsetDelete as Kafka's handleDeleteOffsets: an Empty group loses the offsets asked for (tombstones, so a
+    restart agrees); a consumer group with members only those of topics it does not consume; unknown partitions
+    and groups are named."""
+    from kafkalite.protocol import ApiKey
+
+    def body(group: str, tps: list[tuple[str, int]]) -> dict[str, Any]:
+        topics: dict[str, list[dict[str, int]]] = {}
+        for t, p in tps:
+            topics.setdefault(t, []).append({"partition_index": p})
+        return {"group_id": group, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+
+    async def main():
+        lm = manager(tmp_path)
+        coord = coordinator(lm)
+        await coord.load()
+        offsets = {("a", 0): 1, ("a", 1): 2, ("b", 0): 3}
+        await call(coord, COMMIT, 8, commit_body("empty", offsets))
+        c = SimConsumer(coord, "busy", {"a": 2}, "c", session_ms=5000)
+        await c.join_and_sync()
+        await call(coord, COMMIT, 8, commit_body("busy", {("b", 0): 4}))
+        resp = await call(coord, ApiKey.OFFSET_DELETE, 0, body("empty", [("a", 1), ("b", 0), ("b", 7)]))
+        assert resp["error_code"] == 0 and errors_of(resp) == {("a", 1): 0, ("b", 0): 0, ("b", 7): 0}
+        assert await fetch_all(coord, "empty") == {("a", 0): 1}
+        resp = await call(coord, ApiKey.OFFSET_DELETE, 0, body("busy", [("a", 0), ("b", 0)]))
+        assert resp["error_code"] == 0
+        assert errors_of(resp) == {("a", 0): Errors.GROUP_SUBSCRIBED_TO_TOPIC, ("b", 0): 0}
+        assert await fetch_all(coord, "busy") == {}
+        resp = await call(coord, ApiKey.OFFSET_DELETE, 0, body("nope", [("a", 0)]))
+        assert (resp["error_code"], resp["topics"]) == (Errors.GROUP_ID_NOT_FOUND, [])
+        coord.close()
+        lm.shutdown()
+        lm = manager(tmp_path)
+        coord = coordinator(lm)
+        await coord.load()
+        assert await fetch_all(coord, "empty") == {("a", 0): 1} and "empty" in coord.groups
+        assert await fetch_all(coord, "busy") == {}
         coord.close()
         lm.shutdown()
 

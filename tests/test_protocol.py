@@ -58,7 +58,8 @@ def test_supported_versions_cover_the_brief() -> None:
         ApiKey.DELETE_RECORDS: (0, 2), ApiKey.DESCRIBE_CONFIGS: (0, 4), ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         ApiKey.ALTER_CONFIGS: (0, 2), ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
         ApiKey.CREATE_PARTITIONS: (0, 3), ApiKey.DESCRIBE_GROUPS: (0, 5), ApiKey.LIST_GROUPS: (0, 4),
-        ApiKey.DELETE_GROUPS: (0, 2), ApiKey.DESCRIBE_CLUSTER: (0, 1), ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
+        ApiKey.DELETE_GROUPS: (0, 2), ApiKey.OFFSET_DELETE: (0, 0), ApiKey.DESCRIBE_CLUSTER: (0, 1),
+        ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
         ApiKey.ELECT_LEADERS: (0, 2), ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         # inter-broker (cluster mode): controller requests and controlled shutdown
@@ -337,7 +338,7 @@ def test_uuid_inputs() -> None:
 
 def test_messages_are_declared_once_per_key() -> None:
     # 32 + the ACL APIs (29-31) + SASL (17, 36) + SCRAM users (50, 51) + reassignments (45, 46)
-    assert len(MESSAGES) == 41
+    assert len(MESSAGES) == 42
     assert all(msg.api_key == key for key, msg in MESSAGES.items())
 
 

@@ -559,6 +559,9 @@ def test_every_gate_answers_its_refusal_where_kafka_puts_it(secured):
         assert ask(ApiKey.LIST_GROUPS, {})["error_code"] == E.NONE
         dl = ask(ApiKey.DELETE_GROUPS, {"groups_names": ["raw-g"]})
         assert dl["results"][0]["error_code"] == GAF
+        od = ask(ApiKey.OFFSET_DELETE, {"group_id": "raw-g", "topics": [{"name": "raw", "partitions": [
+            {"partition_index": 0}]}]})
+        assert (od["error_code"], od["topics"]) == (GAF, [])
         dt = ask(ApiKey.DELETE_TOPICS, {"topic_names": ["raw"], "timeout_ms": 1000}, version=5)
         assert dt["responses"][0]["error_code"] == TAF
         # with READ on the group and the topic: the commit goes through for the readable topic only
@@ -572,6 +575,17 @@ def test_every_gate_answers_its_refusal_where_kafka_puts_it(secured):
         oc = ask(ApiKey.OFFSET_COMMIT, {"group_id": "raw-g", "generation_id_or_member_epoch": -1, "member_id": "",
                                         "topics": two})
         assert {t["name"]: t["partitions"][0]["error_code"] for t in oc["topics"]} == {"raw": E.NONE, "hidden": TAF}
+        # OffsetDelete needs DELETE on the group (READ is not enough), then READ on each topic
+        names = [{"name": n, "partitions": [{"partition_index": 0}]} for n in ("raw", "hidden")]
+        assert ask(ApiKey.OFFSET_DELETE, {"group_id": "raw-g", "topics": names})["error_code"] == GAF
+        grant(bs, ResourcePattern(RT.GROUP, "raw-g", PT.LITERAL), allow(ANONYMOUS, Op.DELETE))
+        od = ask(ApiKey.OFFSET_DELETE, {"group_id": "raw-g", "topics": names})
+        assert od["error_code"] == E.NONE
+        assert {t["name"]: t["partitions"][0]["error_code"] for t in od["topics"]} == {"raw": E.NONE, "hidden": TAF}
+        revoke(bs, ResourcePattern(RT.GROUP, "raw-g", PT.LITERAL), allow(ANONYMOUS, Op.DELETE))
+        oc = ask(ApiKey.OFFSET_COMMIT, {"group_id": "raw-g", "generation_id_or_member_epoch": -1, "member_id": "",
+                                        "topics": two[:1]})  # the commit back, for what follows
+        assert oc["topics"][0]["partitions"][0]["error_code"] == E.NONE
         md = ask(ApiKey.METADATA, {"topics": [{"name": "raw"}], "allow_auto_topic_creation": False,
                                    "include_cluster_authorized_operations": True,
                                    "include_topic_authorized_operations": True}, version=10)

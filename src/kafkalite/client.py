@@ -815,6 +815,16 @@ class KafkaClient:
             out.update({r["group_id"]: r["error_code"] for r in res["results"]})
         return out
 
+    def delete_offsets(self, group: str, partitions: Sequence[TopicPartition]) -> tuple[int, dict[TopicPartition, int]]:
+        """OffsetDelete at the group's coordinator: the group's error code and each partition's (0 = deleted)."""
+        topics: dict[str, list[dict[str, int]]] = {}
+        for topic, p in partitions:
+            topics.setdefault(topic, []).append({"partition_index": p})
+        body = {"group_id": group, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+        res = self._group_request(group, ApiKey.OFFSET_DELETE, body, lambda r: int(r["error_code"]))
+        return int(res["error_code"]), {(t["name"], p["partition_index"]): p["error_code"]
+                                        for t in res["topics"] for p in t["partitions"]}
+
     # --- log dirs -------------------------------------------------------------------------------
 
     def describe_log_dirs(self, topics: Mapping[str, Sequence[int]] | None = None) -> list[dict[str, Any]]:

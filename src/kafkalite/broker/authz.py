@@ -397,6 +397,15 @@ async def _delete_groups(ra: RequestAuthorizer, c: Check, h: RequestHeader, body
                             {"throttle_time_ms": 0, "results": []}, E.GROUP_AUTHORIZATION_FAILED)
 
 
+async def _offset_delete(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, handler: Handler) -> Any:
+    """DELETE on the group, then READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions), as Kafka's
+    handleDeleteOffsetsRequest."""
+    if not c.group(Op.DELETE, body.get("group_id") or ""):
+        return error_response(h.api_key, h.api_version, body, E.GROUP_AUTHORIZATION_FAILED)
+    return await _per_topic(h, body, c.session, handler, OFFSET_COMMIT, lambda n: c.topic(Op.READ, n),  # same shape
+                            {"error_code": 0, "throttle_time_ms": 0, "topics": []})
+
+
 async def _metadata(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, handler: Handler) -> Any:
     """Topics the principal may not DESCRIBE are left out of an all-topics answer and answered
     TOPIC_AUTHORIZATION_FAILED when named; a named topic that would be auto-created needs CREATE on the
@@ -498,6 +507,7 @@ GATES: dict[int, Gate] = {
     ApiKey.DESCRIBE_GROUPS: _describe_groups,
     ApiKey.LIST_GROUPS: _list_groups,
     ApiKey.DELETE_GROUPS: _delete_groups,
+    ApiKey.OFFSET_DELETE: _offset_delete,
     ApiKey.LEADER_AND_ISR: _on_cluster(Op.CLUSTER_ACTION, _cluster_error(partition_errors=[], topics=[])),
     ApiKey.UPDATE_METADATA: _on_cluster(Op.CLUSTER_ACTION, _cluster_error()),
     ApiKey.STOP_REPLICA: _on_cluster(Op.CLUSTER_ACTION, _cluster_error(partition_errors=[])),

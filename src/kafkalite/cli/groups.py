@@ -1,5 +1,5 @@
-"""`kafkalite groups`: list consumer groups, describe their members, offsets and lag, reset their offsets and
-delete them on a running broker, like kafka-consumer-groups.sh."""
+"""`kafkalite groups`: list consumer groups, describe their members, offsets and lag, reset or delete their offsets
+and delete them on a running broker, like kafka-consumer-groups.sh."""
 
 from __future__ import annotations
 
@@ -27,9 +27,11 @@ def add_parser(sub: Any) -> None:
     action.add_argument("--reset-offsets", action="store_true",
                         help="set the committed offsets of an inactive group (plan only unless --execute)")
     action.add_argument("--delete", action="store_true", help="delete inactive groups with their offsets")
+    action.add_argument("--delete-offsets", action="store_true",
+                        help="delete a group's committed offsets of --topic (not of topics its members consume)")
     p.add_argument("--group", action="append", default=[], help="group id (repeatable; default every group)")
     p.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P2]",
-                   help="--reset-offsets: topic, optionally with partitions (repeatable)")
+                   help="--reset-offsets, --delete-offsets: topic, optionally with partitions (repeatable)")
     p.add_argument("--all-topics", action="store_true", help="--reset-offsets: every topic the group has offsets in")
     to = p.add_mutually_exclusive_group()
     to.add_argument("--to-earliest", action="store_true")
@@ -54,6 +56,8 @@ def _run(client: KafkaClient, args: Any) -> int:
         return delete(client, args.group)
     if args.reset_offsets:
         return reset_offsets(client, args)
+    if args.delete_offsets:
+        return delete_offsets(client, args)
     groups = client.request(ApiKey.LIST_GROUPS, {"states_filter": []})
     if groups["error_code"]:
         raise KafkaClientError(groups["error_code"], "ListGroups")
@@ -132,6 +136,50 @@ def delete(client: KafkaClient, groups: list[str]) -> int:
     if ok:
         print(f"These consumer groups were deleted successfully: {', '.join(repr(g) for g in ok)}")
     return 1
+
+
+def delete_offsets(client: KafkaClient, args: Any) -> int:
+    """kafka-consumer-groups.sh --delete-offsets: one group, the partitions of each --topic (all of a topic's
+    when none are given; a topic that does not exist is reported, not sent), then Kafka's status table."""
+    if len(args.group) != 1 or not args.topic or args.all_topics:
+        raise UsageError("--delete-offsets needs one --group and at least one --topic (not --all-topics)")
+    group = args.group[0]
+    asked: list[tuple[str, int]] = []
+    statuses: dict[tuple[str, int], int] = {}
+    for spec in args.topic:
+        topic, _, parts = spec.partition(":")
+        if parts:
+            asked += [(topic, int(p)) for p in parts.split(",") if p.strip()]
+            continue
+        meta = next(iter(client.metadata([topic])["topics"]))
+        if meta["error_code"]:
+            statuses[(topic, -1)] = meta["error_code"]
+        else:
+            asked += [(topic, p["partition_index"]) for p in sorted(meta["partitions"],
+                                                                     key=lambda p: p["partition_index"])]
+    top, results = client.delete_offsets(group, asked) if asked else (0, {})
+    statuses.update(results)
+    topics = ", ".join(dict.fromkeys(t for t, _ in [*asked, *statuses]))
+    failed = top or any(statuses.values())
+    if top == 0 and not failed:
+        print(f"Request succeed for deleting offsets with topic {topics} group {group}")
+    elif top == ErrorCode.GROUP_ID_NOT_FOUND:
+        print(f"Error: '{group}' does not exist.", file=sys.stderr)
+    elif top == ErrorCode.NON_EMPTY_GROUP:
+        print(f"Error: Deleting offsets of a consumer group '{group}' is forbidden if the group is not empty.",
+              file=sys.stderr)
+    elif top == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+        print(f"Error: Access to '{group}' is not authorized.", file=sys.stderr)
+    elif top:
+        print(f"Error: Encounter some unknown error: {ErrorCode(top).name}", file=sys.stderr)
+    else:
+        print("Error: Encounter some partition level error, see the follow-up details:", file=sys.stderr)
+    if top == 0:
+        print(f"\n{'TOPIC':<30} {'PARTITION':<15} STATUS")
+        for (t, p), code in sorted(statuses.items()):
+            status = f"Error: {ErrorCode(code).name}" if code else "Successful"
+            print(f"{t:<30} {p if p >= 0 else 'Not Provided':<15} {status}")
+    return 1 if failed else 0
 
 
 def _reset_scope(client: KafkaClient, args: Any, committed: dict[tuple[str, int], int]) -> list[tuple[str, int]]:

@@ -76,7 +76,7 @@ RecordKV = tuple[bytes, bytes | None]
 
 GROUP_API_KEYS = frozenset({
     ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
-    ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS,
+    ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.OFFSET_DELETE,
 })
 # What an AclOperation bit set holds for a group when there is no authorizer: READ, DELETE, DESCRIBE.
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
@@ -140,7 +140,7 @@ class GroupCoordinator:
             ApiKey.HEARTBEAT: self._heartbeat, ApiKey.LEAVE_GROUP: self._leave_group,
             ApiKey.OFFSET_COMMIT: self._offset_commit, ApiKey.OFFSET_FETCH: self._offset_fetch,
             ApiKey.LIST_GROUPS: self._list_groups, ApiKey.DESCRIBE_GROUPS: self._describe_groups,
-            ApiKey.DELETE_GROUPS: self._delete_groups,
+            ApiKey.DELETE_GROUPS: self._delete_groups, ApiKey.OFFSET_DELETE: self._offset_delete,
         }
 
     # --- what the broker needs besides handle() ------------------------------------------------
@@ -652,6 +652,62 @@ class GroupCoordinator:
                 log.info("Group %s was deleted", gid)
         return [results[i] for i in range(len(group_ids))]
 
+    # --- OffsetDelete ---------------------------------------------------------------------------
+
+    async def _offset_delete(self, v: int, body: Body, _client_id: str, _host: str) -> Body:
+        group_id = body.get("group_id")
+        results: dict[tuple[str, int], Errors] = {}
+        asked: list[tuple[str, int]] = []
+        for t in body.get("topics") or []:
+            for p in t.get("partitions") or []:
+                tp = (t["name"], int(p["partition_index"]))
+                if self.partition_exists is not None and not self.partition_exists(*tp):
+                    results[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION  # (Kafka's KafkaApis checks this first)
+                else:
+                    asked.append(tp)
+        error, deleted = self.delete_offsets(group_id, asked)
+        if error:
+            return {"error_code": int(error), "throttle_time_ms": 0, "topics": []}
+        results.update(deleted)
+        by_topic: dict[str, list[Body]] = {}
+        for (topic, p), e in results.items():
+            by_topic.setdefault(topic, []).append({"partition_index": p, "error_code": int(e)})
+        return {"error_code": 0, "throttle_time_ms": 0,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    def delete_offsets(self, group_id: str | None, partitions: list[tuple[str, int]]
+                       ) -> tuple[Errors, dict[tuple[str, int], Errors]]:
+        """OffsetDelete (Kafka's handleDeleteOffsets): the committed offsets of `partitions` go, with tombstones in
+        `__consumer_offsets`. An Empty group (or one only used for commits) loses any of them; a consumer group
+        with members only those of topics it is not subscribed to (GROUP_SUBSCRIBED_TO_TOPIC for the others);
+        another group with members none (NON_EMPTY_GROUP). Returns the group's error and each partition's."""
+        if group_id is None:
+            return Errors.INVALID_GROUP_ID, {}
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return Errors.GROUP_ID_NOT_FOUND, {}
+        results: dict[tuple[str, int], Errors] = {}
+        if group.is_empty:
+            eligible = list(partitions)
+        elif group.uses_consumer_protocol():
+            eligible = [tp for tp in partitions if not group.is_subscribed_to_topic(tp[0])]
+            results.update({tp: Errors.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if tp not in eligible})
+        else:
+            return Errors.NON_EMPTY_GROUP, {}
+        committed = [tp for tp in dict.fromkeys(eligible) if self.offsets.get(group_id, *tp) is not None]
+        if committed:
+            try:
+                self._append(self.topic.partition_for(group_id),
+                             [(encode_offset_commit_key(OffsetCommitKey(group_id, t, p)), None) for t, p in committed])
+            except CoordinatorError as exc:
+                return Errors.NONE, {**results, **{tp: group_store_error(exc.error) for tp in eligible}}
+            for t, p in committed:
+                self.offsets.replay(group_id, t, p, None)
+                self._commit_order.pop((group_id, t, p), None)
+            log.info("Deleted the committed offsets of %d partitions of group %s", len(committed), group_id)
+        results.update({tp: Errors.NONE for tp in eligible})
+        return Errors.NONE, results
+
     def _group_tombstones(self, group_id: str) -> list[RecordKV]:
         records: list[RecordKV] = [(encode_offset_commit_key(OffsetCommitKey(group_id, t, p)), None)
                                    for (t, p) in self.offsets.group_offsets(group_id)]
@@ -881,4 +937,6 @@ def error_response(api_key: int, v: int, body: Body, error: Errors) -> Body:
     if api_key == ApiKey.DELETE_GROUPS:
         return {"throttle_time_ms": 0, "results": [{"group_id": g, "error_code": code}
                                                    for g in body.get("groups_names") or []]}
+    if api_key == ApiKey.OFFSET_DELETE:
+        return {"error_code": code, "throttle_time_ms": 0, "topics": []}
     raise ValueError(f"API key {api_key} is not a group coordinator API")

@@ -83,4 +83,28 @@ OFFSET_FETCH = message(
     ],
 )
 
-ALL = [OFFSET_COMMIT, OFFSET_FETCH]
+OFFSET_DELETE = message(  # KIP-496: kafka-consumer-groups.sh --delete-offsets, Admin.deleteConsumerGroupOffsets
+    ApiKey.OFFSET_DELETE, "0", flexible="none",
+    request=[
+        F("group_id", "string"),
+        A("topics", "0+", [
+            F("name", "string"),
+            A("partitions", "0+", [
+                F("partition_index", "int32"),
+            ]),
+        ]),
+    ],
+    response=[
+        F("error_code", "int16"),
+        F("throttle_time_ms", "int32"),
+        A("topics", "0+", [
+            F("name", "string"),
+            A("partitions", "0+", [
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+            ]),
+        ]),
+    ],
+)
+
+ALL = [OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE]
