@@ -274,6 +274,39 @@ def test_kafka_python_across_brokers(cluster):
     assert got == sorted(f"v{i}".encode() for i in range(90))
 
 
+def test_the_groups_tool_lists_and_describes_the_groups_of_every_coordinator(cluster):
+    """A broker lists only the groups it coordinates and answers NOT_COORDINATOR for the others: `kafkalite
+    groups` asks every broker for the list (as Kafka's Admin.listConsumerGroups) and each group's coordinator
+    for its description and offsets, whichever broker it was pointed at."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.structs import OffsetAndMetadata
+    from kafka.structs import TopicPartition as KTP
+
+    cluster.agreed_view(_all_live)
+    cluster.create_topic("gt", 1, 3)
+    groups = [f"tool-g{i}" for i in range(8)]
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        for g in groups:
+            admin.alter_group_offsets(g, {KTP("gt", 0): OffsetAndMetadata(0, "", -1)})
+    finally:
+        admin.close()
+    with KafkaClient(cluster.brokers[1].bootstrap) as client:
+        coordinators = {g: client.coordinator(g).node_id for g in groups}
+    assert len(set(coordinators.values())) >= 2, coordinators  # else this test shows nothing
+    bs = ["--bootstrap-server", cluster.brokers[1].bootstrap]
+
+    def kl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "kafkalite.cli.main", "groups", *bs, *args],
+                              capture_output=True, text=True, timeout=60)
+    r = kl("--list")
+    assert r.returncode == 0 and set(groups) <= set(r.stdout.split()), r.stdout + r.stderr
+    for g in groups:
+        r = kl("--describe", "--group", g)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert [g, "gt", "0", "0", "0", "0"] in [line.split()[:6] for line in r.stdout.splitlines()], r.stdout
+
+
 def test_group_survives_the_death_of_its_coordinator(cluster):
     """The group's coordinator is the leader of its __consumer_offsets partition; when that broker dies the
     partition gets a new leader and the consumer finds its new coordinator and goes on consuming."""

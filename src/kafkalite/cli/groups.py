@@ -12,7 +12,7 @@ from kafkalite.client import KafkaClient, KafkaClientError
 from kafkalite.coordinator import compute_lag
 from kafkalite.coordinator.consumer_protocol import decode_assignment
 from kafkalite.coordinator.lag import Owner
-from kafkalite.protocol import ApiKey, ErrorCode
+from kafkalite.protocol import ErrorCode
 
 
 def add_parser(sub: Any) -> None:
@@ -58,10 +58,7 @@ def _run(client: KafkaClient, args: Any) -> int:
         return reset_offsets(client, args)
     if args.delete_offsets:
         return delete_offsets(client, args)
-    groups = client.request(ApiKey.LIST_GROUPS, {"states_filter": []})
-    if groups["error_code"]:
-        raise KafkaClientError(groups["error_code"], "ListGroups")
-    names = sorted(g["group_id"] for g in groups["groups"])
+    names = sorted(client.list_groups())
     if args.list:
         for n in names:
             print(n)
@@ -75,23 +72,14 @@ def _run(client: KafkaClient, args: Any) -> int:
 
 
 def describe(client: KafkaClient, group: str) -> None:
-    desc = client.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group], "include_authorized_operations": False})
-    g = desc["groups"][0]
-    if g["error_code"]:
-        raise KafkaClientError(g["error_code"], group)
+    g = client.describe_group(group)  # (at the group's coordinator, as the OffsetFetch below)
     owners: dict[tuple[str, int], Owner] = {}
     for m in g.get("members", []):
         if g.get("protocol_type") == "consumer" and m.get("member_assignment"):
             for topic, parts in decode_assignment(bytes(m["member_assignment"])).items():
                 for p in parts:
                     owners[(topic, p)] = Owner(m["member_id"], m.get("client_host", ""), m.get("client_id", ""))
-    fetched = client.request(ApiKey.OFFSET_FETCH, {"group_id": group, "topics": None, "require_stable": False,
-                                                   "groups": [{"group_id": group, "topics": None}]})
-    topics = fetched.get("topics")
-    if topics is None and fetched.get("groups"):
-        topics = fetched["groups"][0].get("topics", [])
-    committed = {(t["name"], p["partition_index"]): p["committed_offset"]
-                 for t in topics or [] for p in t["partitions"] if p["committed_offset"] >= 0}
+    committed = client.offset_fetch(group)
 
     def leo(topic: str, partition: int) -> int | None:
         try:
