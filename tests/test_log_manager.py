@@ -196,7 +196,9 @@ def test_unclean_start_recovers_on_every_recovery_thread(tmp_path, caplog):
 
     wanted = IO_THREADS_PER_DIR + 2
 
-    lm, _ = manager([tmp_path / "d"])
+    # Many small segments: each partition's recovery takes long enough (~20 segments to scan and index) that a
+    # thread started late on a busy machine still finds partitions left to recover.
+    lm, _ = manager([tmp_path / "d"], default_config=LogConfig(segment_bytes=64 * 1024))
     for p in range(40):
         lg = lm.get_or_create_log("many", p)
         for _ in range(20):
@@ -205,8 +207,8 @@ def test_unclean_start_recovers_on_every_recovery_thread(tmp_path, caplog):
     (tmp_path / "d" / ".kafka_cleanshutdown").unlink()  # as after kill -9, before any checkpoint was written
     (tmp_path / "d" / "recovery-point-offset-checkpoint").unlink()
     caplog.set_level(logging.INFO)
-    lm = LogManager([tmp_path / "d"], config=ManagerConfig(num_recovery_threads_per_data_dir=wanted),
-                    scheduler=MockScheduler(MockClock()))
+    lm = LogManager([tmp_path / "d"], LogConfig(segment_bytes=64 * 1024),
+                    ManagerConfig(num_recovery_threads_per_data_dir=wanted), scheduler=MockScheduler(MockClock()))
     threads = {r.threadName for r in caplog.records if "recovering unflushed segment" in r.getMessage()}
     assert len(lm.all_logs()) == 40
     assert len(threads) == wanted and all(t.startswith("log-recovery") for t in threads), threads
