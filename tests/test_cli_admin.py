@@ -56,6 +56,16 @@ def produce(broker, topic: str, partition: int, values: list[str], timestamps: l
     assert p.flush(10) == 0
 
 
+def joined_consumer(broker, topic: str, group: str) -> KafkaConsumer:
+    """A kafka-python consumer that has joined `group` and holds partitions of `topic` (the group is Stable)."""
+    consumer = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False)
+    deadline = time.monotonic() + 30
+    while not consumer.assignment():
+        assert time.monotonic() < deadline
+        consumer.poll(timeout_ms=300)
+    return consumer
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_help_says_how_to_reach_the_broker(command):
     r = kl(command, "--help")
@@ -179,12 +189,8 @@ def test_groups_reset_offsets_and_delete(broker, admin):
     r = kl("groups", *bs, "--reset-offsets", "--group", "rg", "--to-earliest", "--execute")
     assert r.returncode == 2 and "--all-topics" in r.stderr
     # an active group is refused, as Kafka does; so is deleting it
-    consumer = KafkaConsumer("rst", bootstrap_servers=broker.bootstrap, group_id="rg", enable_auto_commit=False)
+    consumer = joined_consumer(broker, "rst", "rg")
     try:
-        deadline = time.monotonic() + 30
-        while not consumer.assignment():
-            assert time.monotonic() < deadline
-            consumer.poll(timeout_ms=300)
         r = kl("groups", *bs, "--reset-offsets", "--group", "rg", "--all-topics", "--to-earliest", "--execute")
         assert r.returncode == 1 and "inactive, but the current state is Stable" in r.stdout, r.stdout
         r = kl("groups", *bs, "--delete", "--group", "rg")
@@ -220,12 +226,8 @@ def test_groups_delete_offsets(broker, admin):
     assert r.returncode == 0 and r.stdout.startswith("Request succeed for deleting offsets with topic dog group dg")
     assert committed() == {("dog", 0)}
     admin.alter_group_offsets("dg", {KTP("dof", 0): OffsetAndMetadata(5, "", -1)})
-    consumer = KafkaConsumer("dog", bootstrap_servers=broker.bootstrap, group_id="dg", enable_auto_commit=False)
+    consumer = joined_consumer(broker, "dog", "dg")
     try:
-        deadline = time.monotonic() + 30
-        while not consumer.assignment():
-            assert time.monotonic() < deadline
-            consumer.poll(timeout_ms=300)
         assert admin.delete_group_offsets("dg", [KTP("dog", 0), KTP("dof", 0)]) == {
             KTP("dog", 0): kafka.errors.GroupSubscribedToTopicError, KTP("dof", 0): kafka.errors.NoError}
     finally:
