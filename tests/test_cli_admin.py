@@ -239,6 +239,34 @@ def test_groups_delete_offsets(broker, admin):
     assert r.returncode == 2 and "--delete-offsets needs one --group and at least one --topic" in r.stderr
 
 
+def test_groups_describe_members_and_state(broker, admin):
+    """--describe --members [--verbose], --describe --state and --list --state, as kafka-consumer-groups.sh."""
+    bs = ["--bootstrap-server", broker.bootstrap]
+    assert kl("topics", *bs, "--create", "--topic", "dms", "--partitions", "3").returncode == 0
+    admin.alter_group_offsets("idle-g", {KTP("dms", 0): OffsetAndMetadata(0, "", -1)})
+    consumer = joined_consumer(broker, "dms", "live-g")
+    try:
+        r = kl("groups", *bs, "--describe", "--group", "live-g", "--members", "--verbose")
+        assert r.returncode == 0, r.stdout + r.stderr
+        head, row = (line.split() for line in r.stdout.splitlines())
+        assert head == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
+        assert row[0] == "live-g" and row[4:] == ["3", "dms(0,1,2)"]
+        r = kl("groups", *bs, "--describe", "--group", "live-g", "--state")
+        assert r.stdout.splitlines()[0].split() == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE",
+                                                    "#MEMBERS"]
+        assert r.stdout.splitlines()[1].split() == ["live-g", f"127.0.0.1:{broker.port}", "(1)", "range", "Stable",
+                                                    "1"], r.stdout
+        r = kl("groups", *bs, "--list", "--state")
+        states = dict(line.split() for line in r.stdout.splitlines()[1:])
+        assert states["live-g"] == "Stable" and states["idle-g"] == "Empty", r.stdout
+    finally:
+        consumer.close()
+    r = kl("groups", *bs, "--describe", "--group", "idle-g", "--members")
+    assert r.stdout.strip() == "Consumer group 'idle-g' has no active members."
+    r = kl("groups", *bs, "--describe", "--group", "idle-g", "--members", "--state")
+    assert r.returncode == 2 and "not allowed with argument" in r.stderr
+
+
 def test_describe_log_dirs_with_kafka_python_and_the_cli(broker, admin):
     bs = ["--bootstrap-server", broker.bootstrap]
     assert kl("topics", *bs, "--create", "--topic", "sized", "--partitions", "2").returncode == 0

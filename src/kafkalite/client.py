@@ -798,15 +798,17 @@ class KafkaClient:
         res = self._group_request(group, ApiKey.OFFSET_COMMIT, body, _first_partition_code)
         return {(t["name"], p["partition_index"]): p["error_code"] for t in res["topics"] for p in t["partitions"]}
 
-    def list_groups(self) -> dict[str, str]:
-        """Every group of the cluster and its protocol type: ListGroups to each broker (a broker lists only the
-        groups it coordinates), as Kafka's Admin.listConsumerGroups does."""
-        out: dict[str, str] = {}
+    def list_groups(self) -> dict[str, tuple[str, str]]:
+        """Every group of the cluster with its protocol type and state (empty from brokers before ListGroups v4):
+        ListGroups to each broker (a broker lists only the groups it coordinates), as Kafka's
+        Admin.listConsumerGroups does."""
+        out: dict[str, tuple[str, str]] = {}
         for node in sorted(self.refresh_metadata([]).brokers):
             res = self.broker(node).request(ApiKey.LIST_GROUPS, {"states_filter": []})
             if res["error_code"]:
                 raise KafkaClientError(res["error_code"], f"ListGroups of broker {node}")
-            out.update({g["group_id"]: g.get("protocol_type", "") for g in res["groups"]})
+            out.update({g["group_id"]: (g.get("protocol_type", ""), g.get("group_state") or "")
+                        for g in res["groups"]})
         return out
 
     def describe_group(self, group: str) -> dict[str, Any]:

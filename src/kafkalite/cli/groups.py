@@ -30,6 +30,13 @@ def add_parser(sub: Any) -> None:
     action.add_argument("--delete-offsets", action="store_true",
                         help="delete a group's committed offsets of --topic (not of topics its members consume)")
     p.add_argument("--group", action="append", default=[], help="group id (repeatable; default every group)")
+    p.add_argument("--all-groups", action="store_true", help="--describe, --delete: every group")
+    detail = p.add_mutually_exclusive_group()
+    detail.add_argument("--offsets", action="store_true", help="--describe: committed offsets and lag (the default)")
+    detail.add_argument("--members", action="store_true", help="--describe: the members and how many partitions each")
+    detail.add_argument("--state", action="store_true",
+                        help="--describe: coordinator, assignment strategy, state and member count; --list: states")
+    p.add_argument("--verbose", dest="details", action="store_true", help="--describe --members: the assignment")
     p.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P2]",
                    help="--reset-offsets, --delete-offsets: topic, optionally with partitions (repeatable)")
     p.add_argument("--all-topics", action="store_true", help="--reset-offsets: every topic the group has offsets in")
@@ -53,32 +60,87 @@ def run(args: Any) -> int:
 
 def _run(client: KafkaClient, args: Any) -> int:
     if args.delete:
-        return delete(client, args.group)
+        return delete(client, sorted(client.list_groups()) if args.all_groups else args.group)
     if args.reset_offsets:
         return reset_offsets(client, args)
     if args.delete_offsets:
         return delete_offsets(client, args)
-    names = sorted(client.list_groups())
+    listed = client.list_groups()
+    names = sorted(listed)
     if args.list:
-        for n in names:
-            print(n)
+        if args.state:
+            _print_table(["GROUP", "STATE"], [[n, listed[n][1] or "-"] for n in names])
+        else:
+            for n in names:
+                print(n)
         return 0
-    wanted = args.group or names
+    wanted = names if args.all_groups else args.group or names
     for i, group in enumerate(wanted):
         if i:
             print()
-        describe(client, group)
+        if args.state:
+            describe_state(client, group)
+        elif args.members:
+            describe_members(client, group, args.details)
+        else:
+            describe(client, group)
     return 0
+
+
+def _print_table(header: list[str], rows: list[list[str]]) -> None:
+    """Columns as wide as their widest cell, two spaces apart (kafka-consumer-groups.sh's layout)."""
+    table = [header, *rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _assignments(g: dict[str, Any]) -> dict[str, dict[str, list[int]]]:
+    """Member id -> its assigned partitions by topic (consumer-protocol groups; others have none readable)."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for m in g.get("members", []):
+        assigned = m.get("member_assignment")
+        out[m["member_id"]] = decode_assignment(bytes(assigned)) if g.get("protocol_type") == "consumer" and \
+            assigned else {}
+    return out
+
+
+def describe_state(client: KafkaClient, group: str) -> None:
+    """--describe --state: one row per group, with the broker coordinating it."""
+    g = client.describe_group(group)
+    conn = client.coordinator(group)
+    _print_table(["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
+                 [[group, f"{conn.host}:{conn.port} ({conn.node_id})", g.get("protocol_data") or "",
+                   g.get("group_state", ""), str(len(g.get("members", [])))]])
+
+
+def describe_members(client: KafkaClient, group: str, details: bool) -> None:
+    """--describe --members [--verbose]: one row per member, with its partition count (and assignment)."""
+    g = client.describe_group(group)
+    if not g.get("members"):
+        print(f"Consumer group '{group}' has no active members.")
+        return
+    assigned = _assignments(g)
+    header = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"] + (["ASSIGNMENT"] if details else [])
+    rows = []
+    for m in sorted(g["members"], key=lambda m: m["member_id"]):
+        parts = assigned[m["member_id"]]
+        row = [group, m["member_id"], m.get("client_host") or "-", m.get("client_id") or "-",
+               str(sum(len(ps) for ps in parts.values()))]
+        if details:
+            row.append(",".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(parts.items())) or "-")
+        rows.append(row)
+    _print_table(header, rows)
 
 
 def describe(client: KafkaClient, group: str) -> None:
     g = client.describe_group(group)  # (at the group's coordinator, as the OffsetFetch below)
     owners: dict[tuple[str, int], Owner] = {}
+    assigned = _assignments(g)
     for m in g.get("members", []):
-        if g.get("protocol_type") == "consumer" and m.get("member_assignment"):
-            for topic, parts in decode_assignment(bytes(m["member_assignment"])).items():
-                for p in parts:
-                    owners[(topic, p)] = Owner(m["member_id"], m.get("client_host", ""), m.get("client_id", ""))
+        for topic, parts in assigned[m["member_id"]].items():
+            for p in parts:
+                owners[(topic, p)] = Owner(m["member_id"], m.get("client_host", ""), m.get("client_id", ""))
     committed = client.offset_fetch(group)
 
     def leo(topic: str, partition: int) -> int | None:
@@ -95,13 +157,10 @@ def describe(client: KafkaClient, group: str) -> None:
     if state != "Stable":
         print(f"Consumer group '{group}' has no active members." if not g.get("members") else
               f"Consumer group '{group}' is {state}.")
-    header = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
-              "CLIENT-ID"]
-    table = [header] + [[r.group, r.topic, str(r.partition), _dash(r.current_offset), _dash(r.log_end_offset),
-                         _dash(r.lag), r.consumer_id or "-", r.host or "-", r.client_id or "-"] for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    _print_table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+                  "CLIENT-ID"],
+                 [[r.group, r.topic, str(r.partition), _dash(r.current_offset), _dash(r.log_end_offset),
+                   _dash(r.lag), r.consumer_id or "-", r.host or "-", r.client_id or "-"] for r in rows])
 
 
 def _dash(v: int | None) -> str:
