@@ -642,3 +642,25 @@ def test_reloading_a_log_emptied_by_delete_records_writes_no_snapshots(tmp_path)
         lg.close()
         seen.append(sorted((p.name, p.stat().st_ino) for p in d.glob("*.snapshot")))
     assert seen[0] == seen[1] == seen[2], seen
+
+
+def test_a_rolls_producer_snapshot_is_synced_by_the_scheduled_flush(tmp_path, env):
+    """A roll writes the producer snapshot at the new segment's base without an fsync under the log's lock (Kafka's
+    takeSnapshot(false)); the scheduled flush syncs it before the recovery point passes it, and a snapshot deleted
+    before that flush (retention, a truncation) does not fail it."""
+    lg = env.open(tmp_path / "topic-0")
+    lg.append_as_leader(single(producer_id=7, producer_epoch=0, base_sequence=0))
+    lg.roll()
+    assert names.snapshot_file(lg.dir, 1).exists() and lg.recovery_point == 0  # the flush has not run yet
+    assert ("flush-log", env.clock.milliseconds()) in env.scheduler.pending()
+    env.scheduler.run_due()
+    assert lg.recovery_point == 1
+    lg.append_as_leader(single(producer_id=7, producer_epoch=0, base_sequence=1))
+    lg.roll()
+    names.snapshot_file(lg.dir, 2).unlink()
+    env.scheduler.run_due()
+    assert lg.recovery_point == 2
+    lg.close()
+    again = env.open(tmp_path / "topic-0")
+    assert again.producer_state.last_entry(7) is not None and again.producer_state.last_entry(7).last_seq == 1
+    again.close()

@@ -704,8 +704,12 @@ class Log:
             self.segments[new_offset] = segment
             self._update_log_end_offset(self.log_end_offset)
             self.producer_state.update_map_end_offset(new_offset)
-            self.producer_state.take_snapshot()
-            self._schedule("flush-log", lambda: self._flush_up_to(new_offset), 0)
+            # No fsync under the lock (it held up the appends behind it for as long as the disk took to make room
+            # in the journal beside the rolled segment's writeback): the snapshot is made durable by the flush
+            # below, before the recovery point passes it, as Kafka's UnifiedLog.roll does (takeSnapshot(false)).
+            # A crash before then can leave it torn; the loader deletes a corrupt snapshot, replays from an older.
+            snapshot = self.producer_state.take_snapshot(sync=False)
+            self._schedule("flush-log", lambda: self._flush_up_to(new_offset, snapshot=snapshot), 0)
             log.info("%s: rolled new log segment at offset %d", self.dir.name, new_offset)
             return segment
 
@@ -717,14 +721,17 @@ class Log:
             offset = self.log_end_offset if include_active else self.active_segment.base_offset
         self._flush_up_to(offset, inclusive=include_active)
 
-    def _flush_up_to(self, offset: int, inclusive: bool = False) -> None:
+    def _flush_up_to(self, offset: int, inclusive: bool = False, snapshot: Path | None = None) -> None:
         """Fsync the segments holding [recovery point, offset) (or through `offset` when inclusive, which
         reaches the empty active segment too), then move the recovery point to `offset`.
 
         The fsyncs run outside the log's lock, as in Kafka's UnifiedLog.flush (only marking the flush takes
         the lock): the flush a roll schedules writes out a whole segment (~0.5 s for 256 MiB here), and the
         event loop's appends and reads take the same lock, so a broker stalled that long on every roll.
-        A truncation or close meanwhile makes the flush moot: the recovery point is then left alone."""
+        A truncation or close meanwhile makes the flush moot: the recovery point is then left alone. `snapshot`:
+        a producer snapshot the roll wrote without fsync, synced first (gone meanwhile: nothing to sync)."""
+        if snapshot is not None:
+            _fsync_file_if_exists(snapshot)
         with self._lock:
             flush_offset = offset + 1 if inclusive else offset
             if self._closed or flush_offset <= self.recovery_point:
@@ -1180,6 +1187,18 @@ def _read_topic_id(directory: Path) -> uuid.UUID | None:
     except CheckpointError as exc:
         log.warning("%s; a new partition.metadata is written", exc)
         return None
+
+
+def _fsync_file_if_exists(path: Path) -> None:
+    """Kafka's Utils.flushFileIfExists: a file deleted meanwhile (a truncation, retention) needs no fsync."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(directory: Path) -> None:

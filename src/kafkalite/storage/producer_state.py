@@ -502,9 +502,10 @@ class ProducerStateManager:
     def snapshot_path(self, offset: int) -> Path | None:
         return self._snapshots.get(offset)
 
-    def take_snapshot(self) -> Path | None:
+    def take_snapshot(self, sync: bool = True) -> Path | None:
         """Write `<map end offset>.snapshot` if the state moved past the newest snapshot and past the log
-        start; returns its path.
+        start; returns its path. `sync=False` leaves the file's fsync to the caller (a roll: Kafka's
+        takeSnapshot(false), flushed with the rolled segment, not under the log's lock).
 
         Re-writing an unchanged state would only churn the disk, a snapshot below the newest one would
         never be loaded, and one at or below the log start offset is deleted unread by the next load.
@@ -518,7 +519,8 @@ class ProducerStateManager:
         if (latest is not None and offset <= latest) or offset <= self._log_start_floor:
             return None
         path = names.snapshot_file(self.log_dir, offset)
-        write_snapshot(path, [_snapshot_entry(e) for e in self._producers.values()], durable=self.durable_snapshots)
+        write_snapshot(path, [_snapshot_entry(e) for e in self._producers.values()],
+                       durable=self.durable_snapshots and sync)
         self._snapshots[offset] = path
         return path
 
