@@ -11,7 +11,6 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from kafkalite.records.batch import (
     RECORD_BATCH_OVERHEAD,
     RecordBatch,
 )
-from kafkalite.storage import block_allocation, writeback
+from kafkalite.storage import block_allocation
 from kafkalite.storage.names import as_path
 
 MAX_FILE_SIZE = (1 << 31) - 1  # FileRecords refuses larger files: positions are int32 in the index
@@ -120,12 +119,6 @@ class FileSlice:
 class FileRecords:
     """The `.log` file of one segment."""
 
-    # Write-out of appended bytes (`writeback`), as class defaults: a file that never passes KICK_BYTES of appends
-    # (most of 10,000 idle partitions) carries no state of its own for it.
-    _kicked = 0  # bytes from the start whose write-out was asked for
-    _kick_pending = False  # a kick is queued and not taken yet
-    writeback_lock: threading.Lock | None = None  # held by the writeback thread while it uses the descriptor
-
     def __init__(
         self,
         path: Path | str,
@@ -184,19 +177,7 @@ class FileRecords:
             while written < n:
                 written += os.pwrite(self._fd, view[written:], size + written)
         self._size = size + n
-        if self._size - self._kicked >= writeback.KICK_BYTES and not self._kick_pending and writeback.supported():
-            if self.writeback_lock is None:
-                self.writeback_lock = threading.Lock()
-            self._kick_pending = True
-            writeback.kick(self)
         return n
-
-    def writeback_range(self) -> tuple[int, int, int]:
-        """(fd, start, end) of the appended bytes not yet handed to the disk, now counted as handed; the writeback
-        thread calls it holding `writeback_lock`. fd is -1 once the file is closed."""
-        start, end = self._kicked, self._size
-        self._kicked, self._kick_pending = max(start, end), False
-        return self._fd, start, end
 
     def flush(self) -> None:
         os.fsync(self._fd)
@@ -211,8 +192,6 @@ class FileRecords:
         if target_size < self.file_length():
             os.ftruncate(self._fd, target_size)
         self._size = target_size
-        if self._kicked > target_size:
-            self._kicked = target_size
         return original - target_size
 
     def trim(self) -> None:
@@ -224,20 +203,12 @@ class FileRecords:
         if self._fd >= 0:
             if self.mutable:
                 self.trim()
-            self._close_fd()
+            os.close(self._fd)
+            self._fd = -1
 
     def close_handlers(self) -> None:
         """Release the descriptor without trimming (after a rename to `.deleted`)."""
         if self._fd >= 0:
-            self._close_fd()
-
-    def _close_fd(self) -> None:
-        lock = self.writeback_lock
-        if lock is None:
-            os.close(self._fd)
-            self._fd = -1
-            return
-        with lock:  # not while the writeback thread uses the descriptor (it could be another file's once closed)
             os.close(self._fd)
             self._fd = -1
 
