@@ -307,6 +307,30 @@ def test_the_groups_tool_lists_and_describes_the_groups_of_every_coordinator(clu
         assert [g, "gt", "0", "0", "0", "0"] in [line.split()[:6] for line in r.stdout.splitlines()], r.stdout
 
 
+def test_the_controller_reaches_brokers_on_the_control_plane_listener(tmp_path, zk_connect):
+    """control.plane.listener.name (KIP-291): with every broker's replication listener cut off, the controller's
+    LeaderAndIsr and UpdateMetadata still reach all brokers on their CONTROL listener, so a topic created meanwhile
+    is known, with a leader, everywhere. (Sharing the replication listener, brokers other than the controller
+    would not hear of it until the link came back.)"""
+    c = Cluster(tmp_path, zk_connect, proxied=True, control_plane=True).start()
+    try:
+        cluster_view = c.agreed_view(_all_live)
+        controller = cluster_view[0]
+        for link in c.link.values():
+            link.blackhole()
+        others = [b for b in c.brokers if b != controller]
+        res = c.request(others[0], ApiKey.CREATE_TOPICS, {"topics": [{"name": "ctl", "num_partitions": 2,
+                                                                       "replication_factor": 3}],
+                                                          "timeout_ms": 20000})
+        assert res["topics"][0]["error_code"] == 0, res
+
+        def known_everywhere(v: tuple) -> bool:
+            return any(name == "ctl" and len(parts) == 2 and all(p[1] >= 0 for p in parts) for name, _id, parts in v[2])
+        c.agreed_view(known_everywhere, timeout_s=20)
+    finally:
+        c.stop()
+
+
 def test_group_survives_the_death_of_its_coordinator(cluster):
     """The group's coordinator is the leader of its __consumer_offsets partition; when that broker dies the
     partition gets a new leader and the consumer finds its new coordinator and goes on consuming."""

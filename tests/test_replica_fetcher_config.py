@@ -1,4 +1,5 @@
-"""The follower's settings: Kafka's names and defaults, the inter-broker listener, num.replica.fetchers."""
+"""The follower's settings: Kafka's names and defaults, the inter-broker and control-plane listeners,
+num.replica.fetchers."""
 
 from __future__ import annotations
 
@@ -26,6 +27,22 @@ def test_inter_broker_listener_defaults_to_the_protocols_name_and_must_be_advert
     assert chosen.inter_broker_listener().port == 9093
     with pytest.raises(InvalidConfigError, match=r"inter\.broker\.listener\.name: the inter-broker listener must"):
         BrokerConfig.load(overrides={**two, "inter.broker.listener.name": "NOPE"}).validate()
+
+
+def test_the_control_plane_listener_is_its_own_advertised_listener():
+    """control.plane.listener.name (KIP-291): defaults to the inter-broker listener; when set, it must be advertised
+    and must not be the inter-broker listener itself, as Kafka refuses at start-up."""
+    three = {"listeners": "PLAINTEXT://127.0.0.1:9092,REPLICATION://127.0.0.1:9093,CONTROL://127.0.0.1:9094",
+             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT,CONTROL:PLAINTEXT",
+             "inter.broker.listener.name": "REPLICATION", **ZK}
+    assert BrokerConfig.load(overrides=three).control_plane_listener().port == 9093
+    chosen = BrokerConfig.load(overrides={**three, "control.plane.listener.name": "CONTROL"})
+    chosen.validate()
+    assert chosen.control_plane_listener().port == 9094 and chosen.inter_broker_listener().port == 9093
+    with pytest.raises(InvalidConfigError, match=r"control\.plane\.listener\.name: it must be one of advertised"):
+        BrokerConfig.load(overrides={**three, "control.plane.listener.name": "NOPE"}).validate()
+    with pytest.raises(InvalidConfigError, match=r"control\.plane\.listener\.name: it must not be the inter-broker"):
+        BrokerConfig.load(overrides={**three, "control.plane.listener.name": "REPLICATION"}).validate()
 
 
 def test_other_fetcher_counts_and_old_protocols_are_named():

@@ -31,9 +31,11 @@ CONTROLLED_SHUTDOWN_BACKOFF_MS = 200
 
 class Cluster:
     def __init__(self, root: Path, zk_connect: str, size: int = 3, *, proxied: bool = False,
-                 per_broker: Callable[[int, int], dict[str, object]] | None = None,
+                 control_plane: bool = False, per_broker: Callable[[int, int], dict[str, object]] | None = None,
                  security: ClientSecurity = PLAINTEXT_CLIENT, **overrides: object) -> None:
-        """`per_broker(bid, port)`: props of one broker given its PLAINTEXT port (e.g. listeners of its own);
+        """`proxied`: brokers reach each other (REPLICATION listener) and ZooKeeper through proxies the test can cut;
+        `control_plane` (with `proxied`): a CONTROL listener, not proxied, is control.plane.listener.name;
+        `per_broker(bid, port)`: props of one broker given its PLAINTEXT port (e.g. listeners of its own);
         `security`: how the helpers' own requests (metadata, request, create_topic) reach that port, when
         `per_broker` makes it a TLS or SASL listener."""
         self.security = security
@@ -64,6 +66,14 @@ class Cluster:
                     "inter.broker.listener.name": "REPLICATION",
                     "zookeeper.connect": f"{self.zk_link[bid].address}/{chroot}",
                 })
+                if control_plane:  # KIP-291: the controller's requests on a listener of their own, not proxied
+                    ctl = free_port()
+                    props.update({
+                        "listeners": f"{props['listeners']},CONTROL://127.0.0.1:{ctl}",
+                        "advertised.listeners": f"{props['advertised.listeners']},CONTROL://127.0.0.1:{ctl}",
+                        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT,CONTROL:PLAINTEXT",
+                        "control.plane.listener.name": "CONTROL",
+                    })
             props.update(overrides)
             if per_broker is not None:
                 port = port or free_port()

@@ -118,9 +118,11 @@ class ClusterNode:
                                 for li in config.advertised()),
             config.get("broker.rack") or None)
         self.cache = MetadataCache(self.listener)
+        control = config.control_plane_listener().name  # KIP-291: the controller's requests apart from replication
         self.controller = Controller(self.store, self.node_id,
                                      ControllerSettings(config.get("unclean.leader.election.enable"),
-                                                        self.listener, security=self.security,
+                                                        self.listener, control_listener=control,
+                                                        security=ClientSecurity.for_inter_broker(config, control),
                                                         **_operations_settings(config)),
                                      topic_unclean=self._topic_unclean, initial_epoch=self._initial_epoch)
         self.reassignments = ReassignmentApis(self.controller)

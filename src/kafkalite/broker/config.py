@@ -73,6 +73,7 @@ class BrokerConfig:
         if given:
             check_protocols(parse_listeners(given, "advertised.listeners"), protocols, "advertised.listeners")
         self._check_log_dirs()
+        self.control_plane_listener()  # (refused now, naming the key, rather than when the controller connects)
         if self.get("zookeeper.connect"):
             ib = self.inter_broker_listener()
             if protocols.get(ib.name, "").startswith("SASL_"):
@@ -190,6 +191,23 @@ class BrokerConfig:
             return adv[0]  # a single broker, its own controller, reaches itself on its first listener
         raise InvalidConfigError(f"Invalid value {name} for configuration {key}: the inter-broker listener must be "
                                  f"one of advertised.listeners ({', '.join(li.name for li in adv)})")
+
+    def control_plane_listener(self) -> Listener:
+        """The advertised listener the controller reaches this broker on (Kafka's controlPlaneListenerName, KIP-291):
+        control.plane.listener.name, else the inter-broker listener. Refused, naming the key, when it is not
+        advertised or is the inter-broker listener itself (as Kafka refuses at start-up)."""
+        name = self.get("control.plane.listener.name")
+        inter_broker = self.inter_broker_listener()
+        if not name:
+            return inter_broker
+        if name == inter_broker.name:
+            raise InvalidConfigError(f"Invalid value {name} for configuration control.plane.listener.name: it must "
+                                     "not be the inter-broker listener (leave it unset to share that listener)")
+        for li in self.advertised():
+            if li.name == name:
+                return li
+        raise InvalidConfigError(f"Invalid value {name} for configuration control.plane.listener.name: it must be "
+                                 f"one of advertised.listeners ({', '.join(li.name for li in self.advertised())})")
 
     def log_config(self) -> LogConfig:
         """Topic defaults from the broker-level names (`log.segment.bytes` -> `segment.bytes`, ...)."""

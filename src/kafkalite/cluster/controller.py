@@ -56,7 +56,8 @@ class ControllerSettings:
     auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
     imbalance_check_interval_s: float = 300.0  # leader.imbalance.check.interval.seconds
     imbalance_percentage: int = 10  # leader.imbalance.per.broker.percentage
-    security: ClientSecurity = PLAINTEXT_CLIENT  # how the controller's channels connect (inter-broker listener)
+    security: ClientSecurity = PLAINTEXT_CLIENT  # how the controller's channels connect (on `control_listener`)
+    control_listener: str = ""  # where the controller's requests go (control.plane.listener.name); "": `listener`
 
 
 TopicPartition = tuple[str, int]
@@ -234,7 +235,8 @@ class Controller:
     # --- context ---------------------------------------------------------------------------------------
 
     def _connect(self, reg: BrokerRegistration) -> None:
-        ep = next((e for e in reg.endpoints if e.listener == self.settings.listener), reg.endpoint())
+        control = self.settings.control_listener or self.settings.listener
+        ep = next((e for e in reg.endpoints if e.listener == control), reg.endpoint())
         self.channels.add(reg.broker_id, ep.host, ep.port)
 
     async def _load_topic(self, topic: str) -> list[TopicPartition]:

@@ -176,6 +176,9 @@ _BROKER: tuple[BrokerKey, ...] = (
     _k("fetch.max.bytes", "int", 57671680, "most bytes one fetch response returns", at_least(0)),
     _k("inter.broker.listener.name", "str", "", "the advertised listener followers and the controller connect "
        "to (default: the one named as security.inter.broker.protocol)"),
+    _k("control.plane.listener.name", "str", "", "the advertised listener the controller's requests "
+       "(LeaderAndIsr, UpdateMetadata, StopReplica) reach this broker on, apart from replication (KIP-291; "
+       "default: the inter-broker listener)"),
     _k("inter.broker.protocol.version", "str", "3.6", "protocol between brokers: below 2.7 followers truncate "
        "through OffsetsForLeaderEpoch instead of the Fetch response (KIP-595's truncate-on-fetch)", _ibp),
     # TLS (security/tls.py), also per listener as listener.name.<name>.<key>; Kafka's defaults

@@ -72,16 +72,18 @@ class ClientSecurity:
         return cls(protocol, ctx, sasl_mechanism=mechanism, sasl_username=username, sasl_password=password)
 
     @classmethod
-    def for_inter_broker(cls, config: Any) -> ClientSecurity:
-        """A broker's own connections to other brokers (controller channels, replica fetchers, controlled
-        shutdown): the inter-broker listener's protocol, and for TLS that listener's settings (its per-listener
-        overrides first): the broker's keystore as client certificate, its truststore for the peer's."""
-        listener = config.inter_broker_listener().name
+    def for_inter_broker(cls, config: Any, listener: str | None = None) -> ClientSecurity:
+        """A broker's own connections to other brokers (replica fetchers, controlled shutdown; the controller's
+        channels, on `listener` when control.plane.listener.name names one): the listener's protocol (default the
+        inter-broker listener), and for TLS that listener's settings (its per-listener overrides first): the
+        broker's keystore as client certificate, its truststore for the peer's. SASL uses
+        sasl.mechanism.inter.broker.protocol on either listener, as Kafka's ZooKeeper-mode controller does."""
+        listener = listener or config.inter_broker_listener().name
         protocol = config.security_protocol(listener)
         ctx = None
         if protocol in TLS_PROTOCOLS:
             settings = TlsSettings.read(functools.partial(config.listener_prop, listener),
-                                        where=f"inter-broker listener {listener}")
+                                        where=f"broker-to-broker listener {listener}")
             ctx = client_context(settings)
         if not protocol.startswith("SASL_"):
             return cls(protocol, ctx)
