@@ -331,6 +331,39 @@ def test_the_controller_reaches_brokers_on_the_control_plane_listener(tmp_path, 
         c.stop()
 
 
+def test_topics_describe_reports_under_replicated_and_unavailable_partitions(cluster):
+    """kafka-topics.sh's health reports after a broker dies: --under-replicated-partitions lists the partitions whose
+    ISR lost it, --unavailable-partitions the one it alone held (Leader: none, Offline: 3); neither prints topic
+    lines, and a healthy cluster reports nothing."""
+    cluster.agreed_view(_all_live)
+    cluster.create_topic("hr", 2, 3)
+    res = cluster.request(1, ApiKey.CREATE_TOPICS, {"topics": [{
+        "name": "solo", "num_partitions": -1, "replication_factor": -1,
+        "assignments": [{"partition_index": 0, "broker_ids": [3]}]}], "timeout_ms": 20000})
+    assert res["topics"][0]["error_code"] == 0, res
+    cluster.wait_for("solo has a leader", lambda: cluster.leader("solo", 0) == 3)
+
+    def report(option: str) -> list[str]:
+        r = subprocess.run([sys.executable, "-m", "kafkalite.cli.main", "topics", "--bootstrap-server",
+                            cluster.brokers[1].bootstrap, "--describe", "--exclude-internal", option],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout.splitlines()
+    assert report("--under-replicated-partitions") == [] and report("--unavailable-partitions") == []
+    cluster.kill(3)
+    cluster.wait_deregistered(3)
+    cluster.wait_for("the ISRs without broker 3", lambda: all(
+        3 not in p["isr_nodes"] for t in cluster.metadata(1, ["hr"])["topics"] for p in t["partitions"]))
+    under = report("--under-replicated-partitions")
+    assert all(line.startswith("\tTopic: ") for line in under), under
+    hr_lines = [line for line in under if line.startswith("\tTopic: hr\t")]
+    assert sorted(line.split("\t")[2] for line in hr_lines) == ["Partition: 0", "Partition: 1"], under
+    unavailable = report("--unavailable-partitions")
+    assert len(unavailable) == 1 and unavailable[0].startswith("\tTopic: solo\tPartition: 0\tLeader: none\t"), \
+        unavailable
+    assert unavailable[0].endswith("\tOffline: 3"), unavailable
+
+
 def test_group_survives_the_death_of_its_coordinator(cluster):
     """The group's coordinator is the leader of its __consumer_offsets partition; when that broker dies the
     partition gets a new leader and the consumer finds its new coordinator and goes on consuming."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from kafkalite.cli.common import add_command_config, client_security, unreachable
@@ -29,6 +30,16 @@ def add_parser(sub: Any) -> None:
                    help="topic config of a new topic, e.g. cleanup.policy=compact (repeatable)")
     p.add_argument("--if-not-exists", action="store_true")
     p.add_argument("--if-exists", action="store_true")
+    p.add_argument("--exclude-internal", action="store_true", help="--list, --describe: leave out internal topics")
+    report = p.add_mutually_exclusive_group()
+    report.add_argument("--under-replicated-partitions", action="store_true",
+                        help="--describe: only partitions whose ISR is smaller than their replicas")
+    report.add_argument("--unavailable-partitions", action="store_true",
+                        help="--describe: only partitions without a live leader")
+    report.add_argument("--under-min-isr-partitions", action="store_true",
+                        help="--describe: only partitions whose ISR is smaller than min.insync.replicas")
+    report.add_argument("--at-min-isr-partitions", action="store_true",
+                        help="--describe: only partitions whose ISR is exactly min.insync.replicas")
     p.set_defaults(func=run)
 
 
@@ -90,29 +101,60 @@ def _run(client: KafkaClient, args: Any) -> int:
         print(f"Deleted topic {args.topic}.")
     elif args.list:
         for t in topics_of(client.metadata()):
-            print(t["name"])
+            if not (args.exclude_internal and t.get("is_internal")):
+                print(t["name"])
     else:
         meta = client.metadata([args.topic] if args.topic else None)
+        live = {b["node_id"] for b in meta.get("brokers", [])}
         moving = _moving(client)
+        report = _report(args)
         found = False
         for t in topics_of(meta):
             if t["error_code"]:
                 raise KafkaClientError(t["error_code"], t["name"])
             found = True
-            overrides = [c for c in client.describe_topic_configs(t["name"]) if c.get("config_source") == 1]
-            cfg = ",".join(f"{c['name']}={c['value']}" for c in overrides)
-            print(f"Topic: {t['name']}\tTopicId: {_b64(t.get('topic_id'))}\tPartitionCount: {len(t['partitions'])}"
-                  f"\tReplicationFactor: {len(t['partitions'][0]['replica_nodes']) if t['partitions'] else 0}"
-                  f"\tConfigs: {cfg}")
+            if args.exclude_internal and t.get("is_internal"):
+                continue
+            described = client.describe_topic_configs(t["name"])
+            min_isr = next((int(c["value"]) for c in described if c["name"] == "min.insync.replicas"), 1)
+            if report is None:  # kafka-topics.sh prints the topic's line only without a partition report
+                cfg = ",".join(f"{c['name']}={c['value']}" for c in described if c.get("config_source") == 1)
+                print(f"Topic: {t['name']}\tTopicId: {_b64(t.get('topic_id'))}\tPartitionCount: "
+                      f"{len(t['partitions'])}\tReplicationFactor: "
+                      f"{len(t['partitions'][0]['replica_nodes']) if t['partitions'] else 0}\tConfigs: {cfg}")
             for p in sorted(t["partitions"], key=lambda p: p["partition_index"]):
-                print(f"\tTopic: {t['name']}\tPartition: {p['partition_index']}\tLeader: {p['leader_id']}"
+                sets = moving.get((t["name"], p["partition_index"]))
+                if report is not None and not report(p, sets, live, min_isr):
+                    continue
+                leader = p["leader_id"] if p["leader_id"] >= 0 else "none"
+                offline = p.get("offline_replicas") or []
+                print(f"\tTopic: {t['name']}\tPartition: {p['partition_index']}\tLeader: {leader}"
                       f"\tReplicas: {','.join(map(str, p['replica_nodes']))}"
-                      f"\tIsr: {','.join(map(str, p['isr_nodes']))}" + _move_columns(moving.get(
-                          (t["name"], p["partition_index"]))))
+                      f"\tIsr: {','.join(map(str, p['isr_nodes']))}" + _move_columns(sets)
+                      + (f"\tOffline: {','.join(map(str, offline))}" if offline else ""))
         if args.topic and not found:
             print(f"Error: topic {args.topic} does not exist")
             return 1
     return 0
+
+
+Report = Callable[[dict[str, Any], "dict[str, list[int]] | None", set[int], int], bool]
+
+
+def _report(args: Any) -> Report | None:
+    """kafka-topics.sh's partition reports (PartitionDescription): which partitions --describe prints, or None for
+    all. The replication factor of a partition being moved leaves out the replicas it is adding, as Kafka's."""
+    def rf(p: dict[str, Any], sets: dict[str, list[int]] | None) -> int:
+        return len(p["replica_nodes"]) - len(sets["adding"] if sets else [])
+    if args.under_replicated_partitions:
+        return lambda p, sets, _live, _min: len(p["isr_nodes"]) < rf(p, sets)
+    if args.unavailable_partitions:
+        return lambda p, _sets, live, _min: p["leader_id"] < 0 or p["leader_id"] not in live
+    if args.under_min_isr_partitions:
+        return lambda p, _sets, _live, min_isr: len(p["isr_nodes"]) < min_isr
+    if args.at_min_isr_partitions:
+        return lambda p, _sets, _live, min_isr: len(p["isr_nodes"]) == min_isr
+    return None
 
 
 def _moving(client: KafkaClient) -> dict[tuple[str, int], dict[str, list[int]]]:
