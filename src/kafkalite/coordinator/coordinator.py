@@ -655,25 +655,21 @@ class GroupCoordinator:
     # --- OffsetDelete ---------------------------------------------------------------------------
 
     async def _offset_delete(self, v: int, body: Body, _client_id: str, _host: str) -> Body:
-        group_id = body.get("group_id")
+        topics = body.get("topics") or []
         results: dict[tuple[str, int], Errors] = {}
         asked: list[tuple[str, int]] = []
-        for t in body.get("topics") or []:
+        for t in topics:
             for p in t.get("partitions") or []:
                 tp = (t["name"], int(p["partition_index"]))
                 if self.partition_exists is not None and not self.partition_exists(*tp):
                     results[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION  # (Kafka's KafkaApis checks this first)
                 else:
                     asked.append(tp)
-        error, deleted = self.delete_offsets(group_id, asked)
+        error, deleted = self.delete_offsets(body.get("group_id"), asked)
         if error:
-            return {"error_code": int(error), "throttle_time_ms": 0, "topics": []}
-        results.update(deleted)
-        by_topic: dict[str, list[Body]] = {}
-        for (topic, p), e in results.items():
-            by_topic.setdefault(topic, []).append({"partition_index": p, "error_code": int(e)})
-        return {"error_code": 0, "throttle_time_ms": 0,
-                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+            return error_response(ApiKey.OFFSET_DELETE, v, body, error)
+        # the same shape as OffsetCommit's answer: each partition asked for with its error, in request order
+        return {"error_code": 0, **offset_commit_response(topics, {**results, **deleted})}
 
     def delete_offsets(self, group_id: str | None, partitions: list[tuple[str, int]]
                        ) -> tuple[Errors, dict[tuple[str, int], Errors]]:
@@ -686,14 +682,15 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return Errors.GROUP_ID_NOT_FOUND, {}
-        results: dict[tuple[str, int], Errors] = {}
-        if group.is_empty:
-            eligible = list(partitions)
-        elif group.uses_consumer_protocol():
-            eligible = [tp for tp in partitions if not group.is_subscribed_to_topic(tp[0])]
-            results.update({tp: Errors.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if tp not in eligible})
-        else:
+        if not group.is_empty and not group.uses_consumer_protocol():
             return Errors.NON_EMPTY_GROUP, {}
+        results: dict[tuple[str, int], Errors] = {}
+        eligible = []
+        for tp in partitions:
+            if group.is_empty or not group.is_subscribed_to_topic(tp[0]):
+                eligible.append(tp)
+            else:
+                results[tp] = Errors.GROUP_SUBSCRIBED_TO_TOPIC
         committed = [tp for tp in dict.fromkeys(eligible) if self.offsets.get(group_id, *tp) is not None]
         if committed:
             try:
