@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import threading
 import time
@@ -348,15 +347,18 @@ class ZkStore(ClusterStore):
                 except NoNodeError:
                     return None
                 new = change(TopicAssignment.decode(topic, data))
-                write = functools.partial(_set_data, path=path, data=new.encode(), version=stat.version)
                 try:
-                    self._fenced(lease, write)
+                    self._fenced_set(lease, path, new.encode(), stat.version)
                 except BadVersionError:
                     continue  # written since the read (a CreatePartitions): change what is there now
                 except NoNodeError:
                     return None  # deleted since the read
                 return new
         return await self._run(run)
+
+    def _fenced_set(self, lease: ControllerLease, path: str, data: bytes, version: int) -> None:
+        """Set `path` if it is still at `version` (BadVersionError otherwise), fenced by the lease."""
+        self._fenced(lease, lambda t: t.set_data(path, data, version=version))
 
     async def partition_state(self, topic: str, partition: int) -> PartitionState | None:
         path = z.partition_state_path(topic, partition)
@@ -650,8 +652,3 @@ class ZkStore(ClusterStore):
 
     async def create_sequential(self, prefix: str, data: bytes) -> str:
         return await self._run(self.zk.create, prefix, data, sequence=True, makepath=True)
-
-
-def _set_data(t: Any, *, path: str, data: bytes, version: int) -> None:
-    """A transaction's conditional set (bound with functools.partial where a lambda would capture loop variables)."""
-    t.set_data(path, data, version=version)
