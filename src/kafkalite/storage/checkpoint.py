@@ -140,6 +140,18 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def fsync_file_if_exists(path: StrPath) -> None:
+    """Make a file's contents durable; a file deleted meanwhile needs nothing (Kafka's Utils.flushFileIfExists)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(directory: StrPath) -> None:
     """Make renames, creations and deletions in `directory` durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)

@@ -62,6 +62,8 @@ from kafkalite.storage.checkpoint import (
     CheckpointError,
     LeaderEpochCheckpointFile,
     decode_partition_metadata,
+    fsync_dir,
+    fsync_file_if_exists,
     read_small_file,
 )
 from kafkalite.storage.dir_lock import DirLock
@@ -731,7 +733,7 @@ class Log:
         A truncation or close meanwhile makes the flush moot: the recovery point is then left alone. `snapshot`:
         a producer snapshot the roll wrote without fsync, synced first (gone meanwhile: nothing to sync)."""
         if snapshot is not None:
-            _fsync_file_if_exists(snapshot)
+            fsync_file_if_exists(snapshot)
         with self._lock:
             flush_offset = offset + 1 if inclusive else offset
             if self._closed or flush_offset <= self.recovery_point:
@@ -744,7 +746,7 @@ class Log:
             for seg in segments:
                 seg.flush()
             if new_dir_entries:
-                _fsync_dir(self.dir)
+                fsync_dir(self.dir)
         except (OSError, ValueError):
             with self._lock:
                 if self._closed or self._truncations != generation or \
@@ -1063,7 +1065,7 @@ class Log:
                 self._async_delete([seg])
             for seg in new_sorted:
                 seg.change_file_suffixes(names.SWAP_SUFFIX, "")
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
             for seg in old_sorted:
                 if seg.base_offset not in new_bases:
                     self._async_delete_snapshot(seg.base_offset)
@@ -1187,26 +1189,6 @@ def _read_topic_id(directory: Path) -> uuid.UUID | None:
     except CheckpointError as exc:
         log.warning("%s; a new partition.metadata is written", exc)
         return None
-
-
-def _fsync_file_if_exists(path: Path) -> None:
-    """Kafka's Utils.flushFileIfExists: a file deleted meanwhile (a truncation, retention) needs no fsync."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = [
