@@ -11,6 +11,8 @@ from kafkalite.cli.common import add_bootstrap, with_client
 from kafkalite.client import BrokerConnection, KafkaClient
 from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey
 
+_OURS: dict[int, tuple[int, int]] = {int(k): v for k, v in SUPPORTED_VERSIONS.items()}  # what this tool speaks
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("broker-api-versions",
@@ -53,7 +55,7 @@ def versions_text(announced: dict[int, tuple[int, int]]) -> str:
     lines = {}
     for key, (lo, hi) in announced.items():
         text = f"{api_name(key)}({key}): {lo}" if lo == hi else f"{api_name(key)}({key}): {lo} to {hi}"
-        ours = SUPPORTED_VERSIONS.get(ApiKey(key)) if key in ApiKey._value2member_map_ else None
+        ours = _OURS.get(key)
         if ours is not None:
             if ours[1] < lo:
                 text += " [unusable: node too new]"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from kafkalite.cli.common import add_command_config, client_security, unreachable
@@ -107,7 +106,7 @@ def _run(client: KafkaClient, args: Any) -> int:
         meta = client.metadata([args.topic] if args.topic else None)
         live = {b["node_id"] for b in meta.get("brokers", [])}
         moving = _moving(client)
-        report = _report(args)
+        reporting = _reporting(args)
         found = False
         for t in topics_of(meta):
             if t["error_code"]:
@@ -117,14 +116,14 @@ def _run(client: KafkaClient, args: Any) -> int:
                 continue
             described = client.describe_topic_configs(t["name"])
             min_isr = next((int(c["value"]) for c in described if c["name"] == "min.insync.replicas"), 1)
-            if report is None:  # kafka-topics.sh prints the topic's line only without a partition report
+            if not reporting:  # kafka-topics.sh prints the topic's line only without a partition report
                 cfg = ",".join(f"{c['name']}={c['value']}" for c in described if c.get("config_source") == 1)
                 print(f"Topic: {t['name']}\tTopicId: {_b64(t.get('topic_id'))}\tPartitionCount: "
                       f"{len(t['partitions'])}\tReplicationFactor: "
                       f"{len(t['partitions'][0]['replica_nodes']) if t['partitions'] else 0}\tConfigs: {cfg}")
             for p in sorted(t["partitions"], key=lambda p: p["partition_index"]):
                 sets = moving.get((t["name"], p["partition_index"]))
-                if report is not None and not report(p, sets, live, min_isr):
+                if reporting and not _reported(args, p, sets, live, min_isr):
                     continue
                 leader = p["leader_id"] if p["leader_id"] >= 0 else "none"
                 offline = p.get("offline_replicas") or []
@@ -138,23 +137,22 @@ def _run(client: KafkaClient, args: Any) -> int:
     return 0
 
 
-Report = Callable[[dict[str, Any], "dict[str, list[int]] | None", set[int], int], bool]
+def _reporting(args: Any) -> bool:
+    return bool(args.under_replicated_partitions or args.unavailable_partitions or args.under_min_isr_partitions
+                or args.at_min_isr_partitions)
 
 
-def _report(args: Any) -> Report | None:
-    """kafka-topics.sh's partition reports (PartitionDescription): which partitions --describe prints, or None for
-    all. The replication factor of a partition being moved leaves out the replicas it is adding, as Kafka's."""
-    def rf(p: dict[str, Any], sets: dict[str, list[int]] | None) -> int:
-        return len(p["replica_nodes"]) - len(sets["adding"] if sets else [])
+def _reported(args: Any, p: dict[str, Any], sets: dict[str, list[int]] | None, live: set[int], min_isr: int) -> bool:
+    """kafka-topics.sh's partition reports (PartitionDescription): whether --describe prints partition `p`. The
+    replication factor of a partition being moved leaves out the replicas it is adding, as Kafka's."""
+    isr = len(p["isr_nodes"])
     if args.under_replicated_partitions:
-        return lambda p, sets, _live, _min: len(p["isr_nodes"]) < rf(p, sets)
+        return isr < len(p["replica_nodes"]) - len(sets["adding"] if sets else [])
     if args.unavailable_partitions:
-        return lambda p, _sets, live, _min: p["leader_id"] < 0 or p["leader_id"] not in live
+        return p["leader_id"] not in live  # (no leader: -1, never a live broker)
     if args.under_min_isr_partitions:
-        return lambda p, _sets, _live, min_isr: len(p["isr_nodes"]) < min_isr
-    if args.at_min_isr_partitions:
-        return lambda p, _sets, _live, min_isr: len(p["isr_nodes"]) == min_isr
-    return None
+        return isr < min_isr
+    return isr == min_isr  # --at-min-isr-partitions
 
 
 def _moving(client: KafkaClient) -> dict[tuple[str, int], dict[str, list[int]]]:
