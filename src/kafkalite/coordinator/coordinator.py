@@ -439,19 +439,25 @@ class GroupCoordinator:
 
     # --- OffsetCommit -------------------------------------------------------------------------
 
-    async def _offset_commit(self, v: int, body: Body, _client_id: str, _host: str) -> Body:
-        group_id = body.get("group_id") or ""
-        topics = body.get("topics") or []
-        results: dict[tuple[str, int], Errors] = {}
-        valid: list[tuple[str, Body]] = []
+    def _split_unknown(self, topics: list[Body]) -> tuple[dict[tuple[str, int], Errors], list[tuple[str, Body]]]:
+        """A request's partitions: UNKNOWN_TOPIC_OR_PARTITION for those `partition_exists` does not know, and the
+        (topic, partition body) of the others, in request order (OffsetCommit, OffsetDelete)."""
+        unknown: dict[tuple[str, int], Errors] = {}
+        known: list[tuple[str, Body]] = []
         for t in topics:
             for p in t.get("partitions") or []:
                 tp = (t["name"], int(p["partition_index"]))
                 if self.partition_exists is not None and not self.partition_exists(*tp):
-                    results[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                    unknown[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
                 else:
-                    results[tp] = Errors.NONE
-                    valid.append((t["name"], p))
+                    known.append((t["name"], p))
+        return unknown, known
+
+    async def _offset_commit(self, v: int, body: Body, _client_id: str, _host: str) -> Body:
+        group_id = body.get("group_id") or ""
+        topics = body.get("topics") or []
+        results, valid = self._split_unknown(topics)
+        results.update({(t, int(p["partition_index"])): Errors.NONE for t, p in valid})
         if not group_id:
             error = Errors.INVALID_GROUP_ID
         elif not valid:
@@ -656,16 +662,8 @@ class GroupCoordinator:
 
     async def _offset_delete(self, v: int, body: Body, _client_id: str, _host: str) -> Body:
         topics = body.get("topics") or []
-        results: dict[tuple[str, int], Errors] = {}
-        asked: list[tuple[str, int]] = []
-        for t in topics:
-            for p in t.get("partitions") or []:
-                tp = (t["name"], int(p["partition_index"]))
-                if self.partition_exists is not None and not self.partition_exists(*tp):
-                    results[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION  # (Kafka's KafkaApis checks this first)
-                else:
-                    asked.append(tp)
-        error, deleted = self.delete_offsets(body.get("group_id"), asked)
+        results, known = self._split_unknown(topics)  # (Kafka's KafkaApis checks this before the coordinator)
+        error, deleted = self.delete_offsets(body.get("group_id"), [(t, int(p["partition_index"])) for t, p in known])
         if error:
             return error_response(ApiKey.OFFSET_DELETE, v, body, error)
         # the same shape as OffsetCommit's answer: each partition asked for with its error, in request order
