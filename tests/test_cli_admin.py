@@ -27,7 +27,7 @@ from confluent_kafka import Producer  # noqa: E402
 # Record timestamps within retention.ms (7 days): older ones are deleted by the broker's retention pass.
 RECENT = (int(time.time()) - 3600) * 1000
 COMMANDS = ["produce", "consume", "topics", "groups", "configs", "get-offsets", "delete-records", "log-dirs",
-            "broker-api-versions"]
+            "broker-api-versions", "producer-perf-test", "consumer-perf-test"]
 
 
 @pytest.fixture(scope="module")

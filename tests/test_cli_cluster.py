@@ -3,6 +3,7 @@ broker process per core: docs/scaling.md) through `{id}` in an --override value.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -79,3 +80,51 @@ def test_console_consumer_joins_its_group_at_the_coordinator_not_at_the_bootstra
     r = subprocess.run([*cli, "consume", "--bootstrap-server", first.bootstrap, "--topic", "gm", "--group", group,
                         "--from-beginning", "--max-messages", "3"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.split() == ["v0", "v1", "v2"], r.stdout + r.stderr
+
+
+def test_a_broker_that_dies_leaves_the_others_running_and_sighup_restarts_it(tmp_path, zookeeper_server):
+    """kill -9 of one broker of `kafkalite cluster` (to watch a failover) is reported and the others keep serving;
+    SIGHUP starts it again under the command, and Ctrl-C still stops everything."""
+    port = consecutive_free_ports(2)
+    zk_port = consecutive_free_ports(1, avoid=range(port, port + 2))
+    proc = subprocess.Popen([sys.executable, "-m", "kafkalite.cli.main", "cluster", "--brokers", "2", "--dir",
+                             str(tmp_path / "c"), "--port", str(port), "--zookeeper-port", str(zk_port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def line_with(text: str) -> str:
+        lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+            assert line, "".join(lines)
+            lines.append(line)
+            if text in line:
+                return line
+        raise AssertionError("".join(lines))
+
+    def brokers_seen() -> int:
+        with KafkaClient(f"127.0.0.1:{port + 1}") as c:
+            return len(c.metadata()["brokers"])
+    try:
+        line_with("bootstrap.servers=")
+        [pid] = [int(p) for p in subprocess.run(["pgrep", "-f", f"listeners=PLAINTEXT://127.0.0.1:{port} "],
+                                                capture_output=True, text=True).stdout.split()]
+        os.kill(pid, signal.SIGKILL)
+        assert "broker 1 exited with -9" in line_with("broker 1 exited")
+        deadline = time.monotonic() + 30
+        while brokers_seen() != 1:  # broker 2 serves on; its session ended, so the cluster lost broker 1
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGHUP)
+        line_with("restarting broker 1")
+        deadline = time.monotonic() + 30
+        while brokers_seen() != 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -5,6 +5,7 @@ Kafka clients produce and consume across brokers."""
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import socket
 import subprocess
@@ -684,3 +685,35 @@ def test_a_new_controller_resumes_a_waiting_deletion(cluster):
     finally:
         zk.stop()
         zk.close()
+
+
+def test_producer_perf_test_goes_on_through_a_leader_kill(cluster):
+    """kafka-producer-perf-test.sh's job on a cluster: kill -9 of the partition's leader mid-run. The tool reports
+    what was in flight as unknown, waits for the new leader and sends the rest there; every record it counts as
+    sent is in the new leader's log (acks=all, min.insync.replicas=2)."""
+    cluster.create_topic("pt", partitions=1, configs={"min.insync.replicas": "2"})
+    leader = cluster.leader("pt", 0)
+    proc = subprocess.Popen([sys.executable, "-m", "kafkalite.cli.main", "producer-perf-test", "--topic", "pt",
+                             "--num-records", "12000", "--record-size", "100", "--throughput", "1500",
+                             "--bootstrap-server", cluster.bootstrap, "--producer-props", "acks=all"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)
+        cluster.brokers[leader].kill()
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    sent = int(out.splitlines()[-1].split()[0])
+    unknown = sum(int(n) for n in re.findall(r"; (\d+) records may or may not have been written", err))
+    unsent = sum(int(n) for n in re.findall(r"Error: (\d+) records not sent", err))
+    assert proc.returncode == (1 if unknown + unsent else 0), out + err
+    assert sent + unknown + unsent == 12000, out + err  # nothing dropped without a word
+    assert unknown + unsent <= 100, err  # only what was in flight at the kill: the rest waited for the new leader
+    new_leader = cluster.leader("pt", 0)
+    assert new_leader not in (-1, leader)
+    with KafkaClient(cluster.bootstrap) as c:
+        c.refresh_metadata(["pt"])
+        end = c.list_offset("pt", 0, -1)
+    assert sent <= end <= 12000, (sent, end, out, err)

@@ -2,7 +2,10 @@
 
 Each broker is a `kafkalite serve` process with its own id, port and data directory under --dir, all sharing
 one ZooKeeper chroot; their output goes to --dir/broker-<id>.log. Ctrl-C (or SIGTERM) stops the brokers
-cleanly, then ZooKeeper. A broker that exits by itself stops the others, and the command fails naming it.
+cleanly, then ZooKeeper. A broker that exits during start-up stops the others, and the command fails naming it.
+Once all are up, a broker that exits (say, one killed to watch a failover) is reported and the others keep
+running; SIGHUP (`kill -HUP <pid of this command>`) starts every exited broker again with its own command line,
+and the command ends, failing, only when no broker is left.
 """
 
 from __future__ import annotations
@@ -123,8 +126,19 @@ def run(args: Any) -> int:
 
     def stop(_sig: int, _frame: Any) -> None:
         raise _Stop
+    restart = [False]
+
+    def hangup(_sig: int, _frame: Any) -> None:
+        restart[0] = True
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, hangup)
     procs: dict[int, subprocess.Popen] = {}
+    commands: dict[int, list[str]] = {}
+
+    def launch(i: int) -> None:
+        with open(root / f"broker-{i}.log", "ab") as log:
+            procs[i] = subprocess.Popen(commands[i], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         try:
             zk.start()
@@ -133,10 +147,8 @@ def run(args: Any) -> int:
             return 1
         connect = f"{zk.address}/kafkalite"
         for i in range(1, args.brokers + 1):
-            cmd = broker_command(i, args.port + i - 1, connect, root, args.override, args.security_protocol)
-            with open(root / f"broker-{i}.log", "ab") as log:
-                procs[i] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            commands[i] = broker_command(i, args.port + i - 1, connect, root, args.override, args.security_protocol)
+            launch(i)
         deadline = time.monotonic() + 60
         pending = set(procs)
         while pending:
@@ -156,18 +168,30 @@ def run(args: Any) -> int:
         if args.security_protocol != "PLAINTEXT":
             print(f"security.protocol={args.security_protocol}")
         print("bootstrap.servers=" + ",".join(f"127.0.0.1:{args.port + i - 1}" for i in procs), flush=True)
-        print("Ctrl-C stops them all.", flush=True)
+        print(f"Ctrl-C stops them all; kill -HUP {os.getpid()} restarts any that exited.", flush=True)
+        reported: set[int] = set()
         while True:
+            if restart[0]:
+                restart[0] = False
+                for i in sorted(reported):
+                    print(f"restarting broker {i} on 127.0.0.1:{args.port + i - 1}", flush=True)
+                    launch(i)
+                reported.clear()
             for i, p in procs.items():
-                if p.poll() is not None:
-                    print(f"Error: broker {i} exited with {p.returncode}; see {root / f'broker-{i}.log'}")
-                    return 1
-            time.sleep(0.5)
+                if p.poll() is not None and i not in reported:
+                    reported.add(i)
+                    print(f"broker {i} exited with {p.returncode} (see {root / f'broker-{i}.log'}); the others keep "
+                          f"running; kill -HUP {os.getpid()} starts it again", flush=True)
+            if len(reported) == len(procs):
+                print("Error: every broker has exited")
+                return 1
+            time.sleep(0.2)
     except (KeyboardInterrupt, _Stop):
         print("Stopping the brokers and ZooKeeper ...", flush=True)
         return 0
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         for p in procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)

@@ -20,6 +20,7 @@ from kafkalite.cli import (
     groups,
     leader_election,
     log_dirs,
+    perf_test,
     reassign_partitions,
     serve,
     topics,
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_parser(sub)
     groups.add_parser(sub)
     console.add_parsers(sub)
+    perf_test.add_parsers(sub)
     configs.add_parser(sub)
     acls.add_parser(sub)
     get_offsets.add_parser(sub)
