@@ -1,11 +1,14 @@
-"""Partition-log benchmarks (issue 3): append through Log, unclean recovery, clean open of 1,000 segments."""
+"""Partition-log benchmarks (issue 3): append through Log, unclean recovery, clean open of 1,000 segments, and the
+appends' stalls while rolled segments are flushed (log-roll)."""
 
 from __future__ import annotations
 
 import mmap
 import os
 import shutil
+import statistics
 import struct
+import threading
 import time
 
 from crc32c import crc32c
@@ -23,7 +26,9 @@ from bench.common import (
     scratch_dir,
 )
 from bench.storage import _batch_16k
+from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.records.batch import HEADER
+from kafkalite.scheduler import ThreadScheduler
 from kafkalite.storage.log import Log
 from kafkalite.storage.log_config import LogConfig
 
@@ -161,4 +166,92 @@ def bench_clean_open(results: dict) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-ALL = {"log-append": bench_log_append, "log-recovery": bench_log_recovery, "log-open": bench_clean_open}
+ROLL_SEGMENT = 128 * MiB
+ROLL_TOTAL = 8 * ROLL_SEGMENT
+
+
+def _mib_batches(total: int) -> list[bytearray]:
+    """~1 MiB batches of 1 KiB records, one buffer each: what a produce request or a follower's fetch carries."""
+    template = bytes(build_batch([SimpleRecord(None, os.urandom(1000), int(time.time() * 1000))] * 1000))
+    return [bytearray(template) for _ in range(total // len(template))]
+
+
+def _stalls(latencies: list[float]) -> tuple[float, float, int, float]:
+    """Median and max (ms), and the count and sum (ms) of the calls over 20 ms."""
+    ms = sorted(x * 1000 for x in latencies)
+    slow = [x for x in ms if x > 20]
+    return statistics.median(ms), ms[-1], len(slow), sum(slow)
+
+
+def _roll_log(directory) -> list[float]:
+    """Each append's time through a Log whose rolled segments are flushed by the scheduler, as the broker's."""
+    scheduler = ThreadScheduler(1)
+    scheduler.startup()
+    lg = Log(directory, LogConfig(segment_bytes=ROLL_SEGMENT), scheduler=scheduler)
+    batches = _mib_batches(ROLL_TOTAL)
+    prefault(ROLL_TOTAL + 512 * MiB)
+    out = []
+    try:
+        for buf in batches:
+            t0 = time.perf_counter()
+            lg.append_as_leader(buf)
+            out.append(time.perf_counter() - t0)
+    finally:
+        scheduler.shutdown()
+        lg.close(flush=False)
+    return out
+
+
+def _roll_raw(directory) -> list[float]:
+    """The machine's own: the same bytes by `pwrite` into files of the same size, each full file fsynced on a
+    thread while the next one is written."""
+    directory.mkdir()
+    batches = _mib_batches(ROLL_TOTAL)
+    prefault(ROLL_TOTAL + 512 * MiB)
+    out, syncs = [], []
+    fd, pos, n = -1, 0, 0
+    try:
+        for buf in batches:
+            if fd < 0 or pos + len(buf) > ROLL_SEGMENT:
+                if fd >= 0:
+                    syncs.append(threading.Thread(target=lambda f=fd: (os.fsync(f), os.close(f))))
+                    syncs[-1].start()
+                fd, pos, n = os.open(directory / f"{n:020d}.log", os.O_RDWR | os.O_CREAT, 0o644), 0, n + 1
+            t0 = time.perf_counter()
+            os.pwrite(fd, buf, pos)
+            out.append(time.perf_counter() - t0)
+            pos += len(buf)
+    finally:
+        for t in syncs:
+            t.join()
+        os.close(fd)
+    return out
+
+
+def bench_log_roll(results: dict) -> None:
+    """1 GiB appended in ~1 MiB batches with 128 MiB segments: what an append waits while the segment before it
+    is flushed (Kafka flushes a rolled segment on its scheduler, as ours does), against the same writes and
+    fsyncs done bare. Three runs of each, interleaved; the worst of each is shown."""
+    d = scratch_dir()
+    try:
+        got: dict[str, list[tuple[float, float, int, float]]] = {"log": [], "raw": []}
+        with tqdm(total=6, desc="appends across rolls", leave=False) as bar:
+            for i in range(3):
+                for name, fn in (("raw", _roll_raw), ("log", _roll_log)):
+                    got[name].append(_stalls(fn(d / f"{name}-{i}")))
+                    shutil.rmtree(d / f"{name}-{i}")
+                    bar.update()
+        for name, label in (("raw", "pwrite + fsync of the previous file on a thread (this machine)"),
+                            ("log", "Log.append_as_leader, rolled segments flushed by the scheduler")):
+            worst = max(got[name], key=lambda r: r[1])
+            results[f"1 MiB appends across 7 rolls: {label}"] = (
+                f"median {statistics.median(r[0] for r in got[name]):.2f} ms, max {worst[1]:.0f} ms; over 20 ms: "
+                + ", ".join(f"{r[2]} ({r[3]:.0f} ms)" for r in got[name]),
+                "" if name == "raw" else f"max {worst[1] / max(got['raw'], key=lambda r: r[1])[1]:.1f}x raw's",
+                "informational")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+ALL = {"log-append": bench_log_append, "log-recovery": bench_log_recovery, "log-open": bench_clean_open,
+       "log-roll": bench_log_roll}

@@ -27,24 +27,35 @@ def test_broker_command_replaces_id_in_override_values_and_lets_them_win():
                         "log.dirs=/tmp/c/broker-2", "log.dirs=/mnt/disk2/kl", "num.partitions=6"]
 
 
-def test_each_broker_gets_its_own_log_dir_from_one_override(tmp_path, zookeeper_server):
-    """Two brokers told `log.dirs=<tmp>/disk{id}/kl` each write their own dir; with the value taken literally
-    the second broker would find the first one's dir locked and the command would fail."""
+def start_cluster_command(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    """`kafkalite cluster --brokers 2` on free ports (its output piped) and its first broker's port."""
     port = consecutive_free_ports(2)
     zk_port = consecutive_free_ports(1, avoid=range(port, port + 2))
     proc = subprocess.Popen([sys.executable, "-m", "kafkalite.cli.main", "cluster", "--brokers", "2", "--dir",
-                             str(tmp_path / "c"), "--port", str(port), "--zookeeper-port", str(zk_port),
-                             "--override", f"log.dirs={tmp_path}/disk{{id}}/kl"],
+                             str(tmp_path / "c"), "--port", str(port), "--zookeeper-port", str(zk_port), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, port
+
+
+def line_with(proc: subprocess.Popen, text: str, timeout_s: float = 60) -> str:
+    """The command's next output line containing `text` (AssertionError with what it printed otherwise)."""
+    lines = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert line, "".join(lines)
+        lines.append(line)
+        if text in line:
+            return line
+    raise AssertionError("".join(lines))
+
+
+def test_each_broker_gets_its_own_log_dir_from_one_override(tmp_path, zookeeper_server):
+    """Two brokers told `log.dirs=<tmp>/disk{id}/kl` each write their own dir; with the value taken literally
+    the second broker would find the first one's dir locked and the command would fail."""
+    proc, port = start_cluster_command(tmp_path, "--override", f"log.dirs={tmp_path}/disk{{id}}/kl")
     try:
-        lines = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()  # type: ignore[union-attr]
-            assert line, "".join(lines)
-            lines.append(line)
-            if line.startswith("bootstrap.servers="):
-                break
+        line_with(proc, "bootstrap.servers=")
         deadline = time.monotonic() + 20
         while True:
             with KafkaClient(f"127.0.0.1:{port}") as c:
@@ -85,39 +96,24 @@ def test_console_consumer_joins_its_group_at_the_coordinator_not_at_the_bootstra
 def test_a_broker_that_dies_leaves_the_others_running_and_sighup_restarts_it(tmp_path, zookeeper_server):
     """kill -9 of one broker of `kafkalite cluster` (to watch a failover) is reported and the others keep serving;
     SIGHUP starts it again under the command, and Ctrl-C still stops everything."""
-    port = consecutive_free_ports(2)
-    zk_port = consecutive_free_ports(1, avoid=range(port, port + 2))
-    proc = subprocess.Popen([sys.executable, "-m", "kafkalite.cli.main", "cluster", "--brokers", "2", "--dir",
-                             str(tmp_path / "c"), "--port", str(port), "--zookeeper-port", str(zk_port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-    def line_with(text: str) -> str:
-        lines = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()  # type: ignore[union-attr]
-            assert line, "".join(lines)
-            lines.append(line)
-            if text in line:
-                return line
-        raise AssertionError("".join(lines))
+    proc, port = start_cluster_command(tmp_path)
 
     def brokers_seen() -> int:
         with KafkaClient(f"127.0.0.1:{port + 1}") as c:
             return len(c.metadata()["brokers"])
     try:
-        line_with("bootstrap.servers=")
+        line_with(proc, "bootstrap.servers=")
         [pid] = [int(p) for p in subprocess.run(["pgrep", "-f", f"listeners=PLAINTEXT://127.0.0.1:{port} "],
                                                 capture_output=True, text=True).stdout.split()]
         os.kill(pid, signal.SIGKILL)
-        assert "broker 1 exited with -9" in line_with("broker 1 exited")
+        assert "broker 1 exited with -9" in line_with(proc, "broker 1 exited")
         deadline = time.monotonic() + 30
         while brokers_seen() != 1:  # broker 2 serves on; its session ended, so the cluster lost broker 1
             assert time.monotonic() < deadline
             time.sleep(0.2)
         assert proc.poll() is None
         proc.send_signal(signal.SIGHUP)
-        line_with("restarting broker 1")
+        line_with(proc, "restarting broker 1")
         deadline = time.monotonic() + 30
         while brokers_seen() != 2:
             assert time.monotonic() < deadline

@@ -30,7 +30,6 @@ from kafkalite.records.batch import (
     RECORD_BATCH_OVERHEAD,
     RecordBatch,
 )
-from kafkalite.storage import block_allocation
 from kafkalite.storage.names import as_path
 
 MAX_FILE_SIZE = (1 << 31) - 1  # FileRecords refuses larger files: positions are int32 in the index
@@ -141,7 +140,6 @@ class FileRecords:
             raise LogError(f"{self._path} is {length} bytes, larger than the maximum {MAX_FILE_SIZE}")
         self._size = length
         self.mutable = mutable
-        self._allocate_blocks = mutable and block_allocation.supported()
 
     # --- basic properties -------------------------------------------------------------------------
 
@@ -164,13 +162,16 @@ class FileRecords:
     # --- writing ------------------------------------------------------------------------------------
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
-        """Write whole batches at the logical end; returns the bytes written."""
+        """Write whole batches at the logical end; returns the bytes written.
+
+        A plain `pwrite`, as Kafka's FileChannel.write: the file system allocates the blocks at writeback.
+        Allocating a large append's blocks first (`fallocate` KEEP_SIZE) saved ~0.04 CPU-s per GiB on ext4,
+        but every fsync of a rolled segment then stalled the next segment's appends for 20-65 ms (`bench
+        log-roll`; docs/performance.md), so it is not done (tests/test_file_records_allocation.py)."""
         n = len(data)
         size = self._size
         if size + n > MAX_FILE_SIZE:
             raise LogError(f"appending {n} bytes to {self._path} would pass the {MAX_FILE_SIZE}-byte file limit")
-        if n >= block_allocation.MIN_BYTES and self._allocate_blocks:
-            self._allocate_blocks = block_allocation.allocate(self._fd, size, n)
         written = os.pwrite(self._fd, data, size)
         if written != n:  # a short write (signal, full disk): finish it or raise
             view = memoryview(data)
