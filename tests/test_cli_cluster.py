@@ -50,19 +50,24 @@ def line_with(proc: subprocess.Popen, text: str, timeout_s: float = 60) -> str:
     raise AssertionError("".join(lines))
 
 
+def wait_for_brokers(port: int, count: int, timeout_s: float = 30) -> None:
+    """Until the broker on `port` names `count` brokers in Metadata."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with KafkaClient(f"127.0.0.1:{port}") as c:
+            if len(c.metadata()["brokers"]) == count:
+                return
+        assert time.monotonic() < deadline, f"the broker on {port} never saw {count} brokers"
+        time.sleep(0.2)
+
+
 def test_each_broker_gets_its_own_log_dir_from_one_override(tmp_path, zookeeper_server):
     """Two brokers told `log.dirs=<tmp>/disk{id}/kl` each write their own dir; with the value taken literally
     the second broker would find the first one's dir locked and the command would fail."""
     proc, port = start_cluster_command(tmp_path, "--override", f"log.dirs={tmp_path}/disk{{id}}/kl")
     try:
         line_with(proc, "bootstrap.servers=")
-        deadline = time.monotonic() + 20
-        while True:
-            with KafkaClient(f"127.0.0.1:{port}") as c:
-                if len(c.metadata()["brokers"]) == 2:
-                    break
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_for_brokers(port, 2, timeout_s=20)
         for bid in (1, 2):
             meta = (tmp_path / f"disk{bid}" / "kl" / "meta.properties").read_text()
             assert f"node.id={bid}\n" in meta
@@ -98,26 +103,17 @@ def test_a_broker_that_dies_leaves_the_others_running_and_sighup_restarts_it(tmp
     SIGHUP starts it again under the command, and Ctrl-C still stops everything."""
     proc, port = start_cluster_command(tmp_path)
 
-    def brokers_seen() -> int:
-        with KafkaClient(f"127.0.0.1:{port + 1}") as c:
-            return len(c.metadata()["brokers"])
     try:
         line_with(proc, "bootstrap.servers=")
         [pid] = [int(p) for p in subprocess.run(["pgrep", "-f", f"listeners=PLAINTEXT://127.0.0.1:{port} "],
                                                 capture_output=True, text=True).stdout.split()]
         os.kill(pid, signal.SIGKILL)
         assert "broker 1 exited with -9" in line_with(proc, "broker 1 exited")
-        deadline = time.monotonic() + 30
-        while brokers_seen() != 1:  # broker 2 serves on; its session ended, so the cluster lost broker 1
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        wait_for_brokers(port + 1, 1)  # broker 2 serves on; its session ended, so the cluster lost broker 1
         assert proc.poll() is None
         proc.send_signal(signal.SIGHUP)
         line_with(proc, "restarting broker 1")
-        deadline = time.monotonic() + 30
-        while brokers_seen() != 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        wait_for_brokers(port + 1, 2)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
     finally:
