@@ -774,3 +774,31 @@ def test_a_client_login_never_shows_its_password():
     login = ClientSecurity("SASL_SSL", None, "SCRAM-SHA-512", "alice", "alice-secret")
     assert "alice-secret" not in repr(login) and "alice" in repr(login)
     assert login.sasl_password == "alice-secret"
+
+
+def test_perf_tools_log_in_with_their_producer_props_and_consumer_config(sasl_broker, tmp_path):
+    """kafka-producer-perf-test.sh takes security settings in --producer-props, kafka-consumer-perf-test.sh in
+    --consumer.config: both log in with SCRAM here; a wrong password is refused without a record written."""
+    topic = topic_name("perf")
+    user, password = USERS["SCRAM-SHA-512"]
+    login = ["security.protocol=SASL_PLAINTEXT", "sasl.mechanism=SCRAM-SHA-512",
+             f"sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+             f'username="{user}" password="{password}";']
+    kl = [sys.executable, "-m", "kafkalite.cli.main"]
+    r = subprocess.run([*kl, "producer-perf-test", "--topic", topic, "--num-records", "2000", "--record-size", "64",
+                        "--throughput", "-1", "--producer-props", f"bootstrap.servers={sasl_broker.bootstrap}",
+                        "acks=all", *login], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("2000 records sent"), r.stdout + r.stderr
+    assert sasl_broker.end_offset(topic) == 2000
+    config = tmp_path / "consumer.properties"
+    config.write_text("\n".join(login) + "\n")
+    r = subprocess.run([*kl, "consumer-perf-test", "--bootstrap-server", sasl_broker.bootstrap, "--topic", topic,
+                        "--messages", "2000", "--consumer.config", str(config), "--hide-header"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and ", 2000, " in r.stdout, r.stdout + r.stderr
+    wrong = [*login[:2], login[2].replace(password, "not-the-password")]
+    r = subprocess.run([*kl, "producer-perf-test", "--topic", topic, "--num-records", "10", "--record-size", "64",
+                        "--throughput", "-1", "--bootstrap-server", sasl_broker.bootstrap, "--producer-props", *wrong],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "Authentication failed" in r.stderr and "records sent" not in r.stdout, r.stderr
+    assert sasl_broker.end_offset(topic) == 2000
