@@ -186,3 +186,10 @@ def test_producer_perf_test_reports_a_broker_that_died(tmp_path):
     assert "stopped: no broker of" in err, err
     total = PRODUCER_TOTAL.match(out.splitlines()[-1])
     assert total and 0 < int(total[1]) < 100000, out
+
+
+def test_producer_perf_test_refuses_a_throughput_of_zero(broker):
+    """0 records/s would wait forever (Kafka's throttler divides by it); -1 is the way to say no limit."""
+    r = kl("producer-perf-test", "--topic", "perf", "--num-records", "5", "--record-size", "1", "--throughput", "0",
+           "--bootstrap-server", broker.bootstrap, timeout=30)
+    assert r.returncode == 2 and "--throughput" in r.stderr and "-1" in r.stderr, r.stdout + r.stderr

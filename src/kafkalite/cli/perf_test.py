@@ -429,6 +429,8 @@ def run_producer_perf_test(args: Any) -> int:
             raise PropertyError(f"compression.type must be one of {', '.join(sorted(CODECS))}, not {codec!r}")
         if args.num_records < 0:
             raise PropertyError(f"--num-records must not be negative, not {args.num_records}")
+        if args.throughput == 0:
+            raise PropertyError("--throughput 0 would send nothing, ever: give records per second, or -1 for no limit")
         payloads = Payloads(args, CODECS[codec])
     except (PropertyError, InvalidConfigError, OSError) as exc:
         return _fail(str(exc), 2)
