@@ -14,6 +14,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.structs import TopicPartition as KTP
 
+from kafkalite.client import KafkaClient
+from kafkalite.records.batch import iter_batches
 from tests.support.brokers import BrokerProcess
 
 PRODUCER_TOTAL = re.compile(
@@ -193,3 +195,25 @@ def test_producer_perf_test_refuses_a_throughput_of_zero(broker):
     r = kl("producer-perf-test", "--topic", "perf", "--num-records", "5", "--record-size", "1", "--throughput", "0",
            "--bootstrap-server", broker.bootstrap, timeout=30)
     assert r.returncode == 2 and "--throughput" in r.stderr and "-1" in r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("batch_size", [4096, 1048576])
+def test_producer_perf_test_batches_never_pass_batch_size(broker, batch_size):
+    """A batch closes before a record would take it past batch.size (as Kafka's accumulator): with batch.size at
+    1 MiB a batch of 1 KiB records must still fit the topic's max.message.bytes (1 MiB + 12), which a rough size
+    estimate missed (every batch refused with MESSAGE_TOO_LARGE)."""
+    topic = f"sized-{batch_size}"
+    r = kl("producer-perf-test", "--topic", topic, "--num-records", "3000", "--record-size", "1000",
+           "--throughput", "-1", "--bootstrap-server", broker.bootstrap, "--producer-props", f"batch.size={batch_size}")
+    assert r.returncode == 0 and r.stdout.startswith("3000 records sent"), r.stdout + r.stderr[-2000:]
+    with KafkaClient(broker.bootstrap) as c:
+        sizes, records, offset = [], 0, 0
+        while records < 3000:
+            part, data = c.fetch_many({(topic, 0): offset}, partition_max_bytes=4 << 20)[(topic, 0)]
+            assert part["error_code"] == 0 and data
+            for batch in iter_batches(data):
+                sizes.append(batch.size_in_bytes)
+                records += batch.records_count
+                offset = batch.last_offset + 1
+    assert records == 3000 and max(sizes) <= batch_size, (max(sizes), batch_size)
+    assert max(sizes) > batch_size - 1100  # and full up to the last record that fits

@@ -31,7 +31,8 @@ from kafkalite.config.properties import read_properties
 from kafkalite.errors import InvalidConfigError
 from kafkalite.protocol import ApiKey, ErrorCode
 from kafkalite.records import CompressionType, SimpleRecord, build_batch
-from kafkalite.records.batch import compute_crc, iter_batches
+from kafkalite.records.batch import RECORD_BATCH_OVERHEAD, compute_crc, iter_batches
+from kafkalite.records.varint import size_of_varint
 from kafkalite.security.transport import ClientSecurity
 
 MB = 1024 * 1024  # Kafka's perf tools divide by 1024 * 1024 and call it MB
@@ -253,6 +254,13 @@ class Payloads:
         return bytes(out)
 
 
+def _record_size(value_len: int, offset_delta: int) -> int:
+    """The encoded size of a keyless, headerless record (timestamp delta 0) in a v2 batch: its length varint,
+    attributes, timestamp delta, offset delta, key length -1, value length, the value, the header count."""
+    body = 1 + 1 + size_of_varint(offset_delta) + 1 + size_of_varint(value_len) + value_len + 1
+    return size_of_varint(body) + body
+
+
 class _NoBroker(ConnectionError):
     """No broker of the cluster answers a metadata request: the test cannot go on."""
 
@@ -291,12 +299,19 @@ class Producer:
         self.in_flight: dict[int, collections.deque[InFlight]] = {}
 
     def add(self, now: float) -> None:
+        """One record into the open batch. As Kafka's accumulator, a batch never grows past batch.size (measured
+        uncompressed, so a compressed one stays under it too) unless it holds one record larger than that."""
         value = self.payloads.value()
+        size = _record_size(len(value), len(self.values))
+        if self.values and self.size + size > self.batch_bytes:
+            self.send_batch()
+            size = _record_size(len(value), 0)
         if not self.values:
             self.opened = now
+            self.size = RECORD_BATCH_OVERHEAD
         self.values.append(value)
         self.sent_at.append(now)
-        self.size += len(value) + 8  # the record's framing, roughly, as the accumulator's estimate
+        self.size += size
         if self.size >= self.batch_bytes:
             self.send_batch()
 
