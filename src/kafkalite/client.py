@@ -199,6 +199,10 @@ class BrokerConnection:
         """Requests sent whose answers were not received yet."""
         return self._conn.pending
 
+    def fileno(self) -> int:
+        """The socket's descriptor, for waiting on several connections' answers at once (select/poll)."""
+        return self._sock.fileno()
+
     def close(self) -> None:
         self._broken = self._broken or "close()"
         self._sock.close()

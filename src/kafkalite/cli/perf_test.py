@@ -145,7 +145,7 @@ def _int(settings: dict[str, str], name: str, low: int) -> int:
 
 class Throttler:
     """Kafka's ThroughputThrottler: at most `per_second` sends per second on average since the start
-    (-1: no limit); sleeps in whole steps so that a slow start is made up."""
+    (negative: no limit; 0 is refused before); a slow start is made up."""
 
     def __init__(self, per_second: float, start: float) -> None:
         self.per_second = per_second
@@ -155,8 +155,6 @@ class Throttler:
         """How long to wait before send number `sent` (0 when it may go now)."""
         if self.per_second < 0:
             return 0.0
-        if self.per_second == 0:
-            return float("inf")
         return max(0.0, self.start + sent / self.per_second - now)
 
 
@@ -413,7 +411,7 @@ class Producer:
         deadline = time.monotonic() + wait_s
         while True:
             waiting = {n: self.client.connections().get(n) for n, q in self.in_flight.items() if q}
-            socks = {c._sock.fileno(): (n, c) for n, c in waiting.items() if c is not None and not c.broken}
+            socks = {c.fileno(): (n, c) for n, c in waiting.items() if c is not None and not c.broken}
             if not socks:
                 time.sleep(max(0.0, deadline - time.monotonic()))
                 return
