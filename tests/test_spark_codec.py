@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 from contextlib import contextmanager
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from crc32c import crc32c
@@ -26,7 +27,7 @@ from kafkalite.records import (
 from kafkalite.records.compression import CompressionType
 from kafkalite.spark import arrow_decode
 from kafkalite.spark.arrow_decode import RawChunk, decode_chunk
-from kafkalite.spark.arrow_encode import build_batches, choose_partitions, murmur2
+from kafkalite.spark.arrow_encode import StickyPartitioner, build_batches, choose_partitions, murmur2
 from kafkalite.spark.errors import CorruptBatchError
 from kafkalite.spark.schema import arrow_schema
 from tests.support import T0
@@ -237,8 +238,43 @@ def test_murmur2_matches_kafka(keys):
 def test_partition_choice_follows_kafka_rules():
     keys = pa.array([b"21", None, b"foobar", b"x"], pa.binary())
     explicit = pa.array([None, None, None, 2], pa.int32())
-    parts = choose_partitions(keys, explicit, 5, sticky=3)
+    parts = choose_partitions(4, keys, explicit, 5, StickyPartitioner(1 << 16, 3))
     assert parts.tolist() == [(3321034988 & 0x7FFFFFFF) % 5, 3, (3504634814 & 0x7FFFFFFF) % 5, 2]
+
+
+@pytest.mark.parametrize("columns", [(), ("key",), ("partition",), ("key", "partition")])
+def test_rows_with_neither_key_nor_partition_column_are_all_placed(columns):
+    """The most common write has only a value column: every row still gets a partition (this crashed)."""
+    n = 7
+    keys = pa.nulls(n, pa.binary()) if "key" in columns else None
+    explicit = pa.nulls(n, pa.int32()) if "partition" in columns else None
+    values = pa.array([b"v"] * n)
+    parts = choose_partitions(n, keys, explicit, 3, StickyPartitioner(1 << 16, 1), values)
+    assert parts.tolist() == [1] * n  # one batch's worth: all to the sticky partition
+
+
+def test_keyless_rows_stick_to_a_partition_for_a_batch_then_move_on():
+    sticky = StickyPartitioner(batch_bytes=100, start=2)
+    sizes = np.full(25, 10, dtype=np.int64)  # 10 records fill a 100-byte batch
+    first = sticky.assign(sizes[:15], 3).tolist()
+    second = sticky.assign(sizes[15:], 3).tolist()  # the next Arrow batch of the task carries on where it was
+    assert first + second == [2] * 10 + [0] * 10 + [1] * 5
+    assert sticky.assign(np.zeros(0, dtype=np.int64), 3).tolist() == []
+
+
+@given(st.lists(st.integers(0, 500), max_size=200), st.integers(1, 2000), st.integers(1, 7))
+def test_sticky_partitions_change_only_after_a_batch_worth(sizes, batch_bytes, count):
+    sticky = StickyPartitioner(batch_bytes, 0)
+    parts = sticky.assign(np.asarray(sizes, dtype=np.int64), count).tolist()
+    assert all(0 <= p < count for p in parts)
+    filled = 0
+    for i, size in enumerate(sizes):
+        if i and filled >= batch_bytes:  # the previous partition has a batch's worth: the next one
+            assert parts[i] == (parts[i - 1] + 1) % count
+            filled = 0
+        elif i:
+            assert parts[i] == parts[i - 1]
+        filled += size
 
 
 @given(st.lists(st.tuples(maybe_bytes, maybe_bytes, st.lists(header, max_size=2)), min_size=1, max_size=80),

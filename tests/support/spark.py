@@ -128,3 +128,61 @@ def check_sink_output(rows, back) -> dict[bytes, int]:
             keyed.setdefault(r["key"], set()).add(r["partition"])
     assert all(len(ps) == 1 for ps in keyed.values())  # murmur2: a key always goes to the same partition
     return {k: next(iter(ps)) for k, ps in keyed.items()}
+
+
+# --- reading a sink's output back, independently of the source under test -----------------------------------
+
+
+def log_records(root: Path, topic: str) -> list[dict]:
+    """Every record of `topic` in data dir `root` as a read-only Log sees it: topic, partition, offset, key,
+    value, headers (a list of pairs) and timestamp."""
+    from kafkalite.storage.log import Log
+
+    out = []
+    for d in sorted(root.glob(f"{topic}-*")):
+        partition = int(d.name.rsplit("-", 1)[1])
+        if d.name != f"{topic}-{partition}":
+            continue
+        with Log.open_read_only(d) as lg:
+            for b in lg.batches(0, FetchIsolation.LOG_END):
+                if b.is_control:
+                    continue
+                out += [{"topic": topic, "partition": partition, "offset": r.offset, "key": r.key, "value": r.value,
+                         "headers": [(k, v) for k, v in r.headers], "timestamp": r.timestamp} for r in b.records()]
+    return out
+
+
+def consumed_records(bootstrap: str, topic: str, timeout_s: float = 30) -> list[dict]:
+    """Every record of `topic` read by confluent-kafka (librdkafka) from the start of each partition to its high
+    watermark, in the same shape as `log_records`."""
+    import time
+
+    import confluent_kafka as ck
+
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "readback", "enable.auto.commit": False,
+                            "enable.partition.eof": True})
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        ends = {p: consumer.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+        pending = {p for p in partitions if ends[p] > 0}
+        consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in partitions])
+        out: list[dict] = []
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() != ck.KafkaError._PARTITION_EOF:
+                    raise RuntimeError(str(m.error()))
+                if m.offset() >= ends[m.partition()]:
+                    pending.discard(m.partition())
+                continue
+            out.append({"topic": topic, "partition": m.partition(), "offset": m.offset(), "key": m.key(),
+                        "value": m.value(), "headers": list(m.headers() or []), "timestamp": m.timestamp()[1]})
+            if m.offset() + 1 >= ends[m.partition()]:
+                pending.discard(m.partition())
+        assert not pending, f"partitions {sorted(pending)} of {topic} not read to their end in {timeout_s} s"
+        return out
+    finally:
+        consumer.close()

@@ -8,7 +8,7 @@ boundaries, compressed as a whole, and framed with a 61-byte header.
 
 Partitions are chosen as Kafka's producer does: the `partition` column when given, else
 murmur2(key) for keyed records (vectorised here, bit-identical to Kafka's `Utils.murmur2`), else
-one partition per chunk of unkeyed records, rotating (the sticky partitioner's effect).
+the sticky partition: one partition per batch's worth of keyless records, rotating (KIP-480).
 """
 
 from __future__ import annotations
@@ -67,21 +67,76 @@ def murmur2(keys: pa.Array) -> np.ndarray:
     return h
 
 
-def choose_partitions(keys: pa.Array | None, explicit: pa.Array | None, count: int, sticky: int) -> np.ndarray:
-    """Partition of each row: explicit when non-null, else murmur2(key) % count, else `sticky`."""
-    n = len(explicit) if keys is None and explicit is not None else len(keys) if keys is not None else 0
-    out = np.full(n, sticky % count, dtype=np.int64)
+def choose_partitions(n: int, keys: pa.Array | None, explicit: pa.Array | None, count: int,
+                      sticky: StickyPartitioner, values: pa.Array | None = None) -> np.ndarray:
+    """Partition of each of `n` rows: explicit when non-null, else murmur2(key) % count, else the sticky
+    partition (`sticky`, which moves on once a batch's worth of those rows went to one partition).
+
+    `n` is the row count (the value column's length): a DataFrame may have neither a key nor a partition
+    column, and then every row is keyless. `values` sizes the keyless rows for the sticky partitioner.
+    """
+    out = np.full(n, -1, dtype=np.int64)
+    free = np.ones(n, dtype=bool)
     if keys is not None and n:
         keyed = np.flatnonzero(keys.is_valid().to_numpy(zero_copy_only=False))
         if keyed.size:
             hashes = murmur2(keys.take(pa.array(keyed)))
             out[keyed] = (hashes & np.uint32(0x7FFFFFFF)).astype(np.int64) % count
-    if explicit is not None:
+            free[keyed] = False
+    if explicit is not None and n:
         given = explicit.is_valid().to_numpy(zero_copy_only=False)
         if given.any():
-            values = explicit.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-            out[given] = values[given]
+            values_given = explicit.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            out[given] = values_given[given]
+            free[given] = False
+    rows = np.flatnonzero(free)
+    if rows.size:
+        sizes = _record_sizes(values, rows)
+        out[rows] = sticky.assign(sizes, count)
     return out
+
+
+def _record_sizes(values: pa.Array | None, rows: np.ndarray) -> np.ndarray:
+    """Roughly the encoded size of each of `rows` (value bytes plus a record's fixed fields)."""
+    if values is None:
+        return np.full(rows.size, 8, dtype=np.int64)
+    offsets = values.buffers()[1]
+    width = 8 if pa.types.is_large_binary(values.type) or pa.types.is_large_string(values.type) else 4
+    ends = np.frombuffer(offsets, dtype=np.int64 if width == 8 else np.int32, count=len(values) + 1 + values.offset)
+    lengths = np.diff(ends[values.offset:]).astype(np.int64)  # a null's length is 0 in Arrow's offsets
+    return (lengths if rows.size == len(values) else lengths[rows]) + 8
+
+
+class StickyPartitioner:
+    """Kafka's partitioning of keyless records (KIP-480, KIP-794): they all go to one partition until a
+    batch's worth (`batch_bytes`, the producer's batch.size) went there, then to the next one. Per topic and
+    per write task; the first partition is random so that tasks do not all start on partition 0."""
+
+    def __init__(self, batch_bytes: int, start: int) -> None:
+        self.batch_bytes = max(1, batch_bytes)
+        self.current = start
+        self.filled = 0  # bytes of keyless records sent to `current` so far
+
+    def assign(self, sizes: np.ndarray, count: int) -> np.ndarray:
+        """The partition of each record of `sizes` bytes, in order, and the state moved past them: a record
+        joins the current partition, and once that partition has a batch's worth the next record moves on
+        (a loop per batch switched, never per record)."""
+        parts = np.empty(sizes.size, dtype=np.int64)
+        ends = np.cumsum(sizes)  # bytes up to and including each record
+        begin, base = 0, 0  # first record not yet placed; bytes before it
+        while begin < sizes.size:
+            # the record that brings the current partition to a batch's worth closes it
+            close = int(np.searchsorted(ends, base + self.batch_bytes - self.filled, side="left"))
+            stop = min(close + 1, sizes.size)
+            parts[begin:stop] = self.current % count
+            if close < sizes.size:
+                self.current += 1
+                self.filled = 0
+            else:
+                self.filled += int(ends[-1] - base)
+            base = int(ends[stop - 1])
+            begin = stop
+        return parts
 
 
 # --- record encoding ---------------------------------------------------------------------------

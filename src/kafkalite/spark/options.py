@@ -18,6 +18,7 @@ from kafkalite.records.compression import CompressionType
 from kafkalite.spark.backend import BackendSpec, TopicPartition
 from kafkalite.spark.errors import OptionError
 from kafkalite.spark.offsets import EARLIEST, LATEST, from_json, parse_assign
+from kafkalite.spark.option_names import warn_unused
 from kafkalite.spark.specs import BrokerSpec, EmbeddedSpec
 from kafkalite.storage.log_config import LogConfig
 
@@ -161,6 +162,10 @@ def parse_backend(opts: Mapping[str, str]) -> BackendSpec:
     return EmbeddedSpec(dirs)
 
 
+def _mode(backend: BackendSpec) -> Literal["embedded", "broker"]:
+    return "broker" if isinstance(backend, BrokerSpec) else "embedded"
+
+
 def parse_subscription(opts: Mapping[str, str]) -> Subscription:
     given = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
     if len(given) != 1:
@@ -231,6 +236,7 @@ def parse_read_options(options: Mapping[str, str], query: QueryKind) -> ReadOpti
     opts = _lower(options)
     _check_kafka_params(opts)
     backend = parse_backend(opts)
+    warn_unused(opts, "read", _mode(backend))
     subscription = parse_subscription(opts)
 
     start_ts = _timestamp(opts, "startingTimestamp")
@@ -292,6 +298,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     opts = _lower(options)
     _check_kafka_params(opts)
     backend = parse_backend(opts)
+    warn_unused(opts, "write", _mode(backend))
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise OptionError("option topic is empty")

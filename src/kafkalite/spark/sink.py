@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from kafkalite.spark.arrow_encode import build_batches, choose_partitions
+from kafkalite.spark.arrow_encode import StickyPartitioner, build_batches, choose_partitions
 from kafkalite.spark.backend import SinkBackend, Stage, StagedFile
 from kafkalite.spark.embedded_sink import sink_id_for
 from kafkalite.spark.errors import OptionError, SinkError
@@ -76,7 +76,7 @@ class _Encoder:
         self.sink = sink
         self.stage = stage
         self.partition_counts: dict[str, int] = {}
-        self._sticky = random.randrange(1 << 30)
+        self._sticky: dict[str, StickyPartitioner] = {}
 
     def _partition_count(self, topic: str) -> int:
         count = self.partition_counts.get(topic)
@@ -104,8 +104,11 @@ class _Encoder:
     def _add_topic(self, topic: str, cols: Mapping[str, pa.Array], rows: pa.Array | None) -> None:
         picked = {k: (v if rows is None else v.take(rows)) for k, v in cols.items()}
         count = self._partition_count(topic)
-        self._sticky += 1
-        parts = choose_partitions(picked.get("key"), picked.get("partition"), count, self._sticky)
+        sticky = self._sticky.get(topic)
+        if sticky is None:
+            sticky = self._sticky[topic] = StickyPartitioner(self.opts.batch_bytes, random.randrange(count))
+        parts = choose_partitions(len(picked["value"]), picked.get("key"), picked.get("partition"), count, sticky,
+                                  picked["value"])
         bad = (parts < 0) | (parts >= count)
         if bad.any():
             raise SinkError(f"partition {int(parts[np.argmax(bad)])} does not exist: topic {topic} has "
