@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kafkalite.errors import LogError
 from kafkalite.spark import segments as seg
 from kafkalite.spark.arrow_decode import RawChunk
 from kafkalite.spark.backend import OffsetBounds, TopicPartition
@@ -32,6 +33,7 @@ from kafkalite.storage.checkpoint import (
     OffsetCheckpointFile,
     has_clean_shutdown_marker,
 )
+from kafkalite.storage.log import Log
 
 log = logging.getLogger("kafkalite.spark")
 
@@ -177,13 +179,25 @@ class EmbeddedSource:
         return last.base_offset if scan.next_offset is None else scan.next_offset
 
     def offsets_for_timestamps(self, targets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        """ListOffsets by time, answered by the storage layer's own lookup (`Log.fetch_offset_by_timestamp`, on
+        a read-only Log), as the broker answers it, and bounded the way the broker bounds it: an offset at or
+        past what is safely readable (`latest`) is no answer."""
         bounds = self.offset_bounds(targets)
         dirs = self._partition_dirs()
         out: dict[TopicPartition, int | None] = {}
         for tp, ts in targets.items():
             b = bounds[tp]
-            segments = seg.list_segments(self._dir_of(tp, dirs))
-            out[tp] = seg.offset_for_timestamp(segments, ts, b.earliest, b.latest)
+            out[tp] = None
+            if b.latest <= b.earliest:
+                continue
+            try:
+                lg = Log.open_read_only(self._dir_of(tp, dirs), log_start_offset=b.earliest)
+            except (LogError, FileNotFoundError):
+                continue  # its segments went (retention) since the bounds were read: nothing to find
+            with lg:
+                found = lg.fetch_offset_by_timestamp(ts)
+            if found is not None and b.earliest <= found.offset < b.latest:
+                out[tp] = found.offset
         return out
 
     # --- reading -----------------------------------------------------------------------------------

@@ -79,6 +79,35 @@ def resolve(backend: SourceBackend, spec: OffsetSpec, partitions: Sequence[Topic
     return out
 
 
+def option_name(spec: OffsetSpec, side: str) -> str:
+    """The option a spec came from, for error messages (`side`: starting or ending)."""
+    return {"timestamp": f"{side}Timestamp", "timestamps": f"{side}OffsetsByTimestamp"}.get(
+        spec.kind, f"{side}Offsets")
+
+
+def check_order(tp: TopicPartition, start: int, end: int) -> None:
+    if start > end:
+        raise OptionError(f"the starting offset {start} of {tp[0]}-{tp[1]} is after its ending offset {end}; "
+                          "check startingOffsets/endingOffsets (or their timestamp forms)")
+
+
+def late_spec(spec: OffsetSpec, tp: TopicPartition) -> OffsetSpec | None:
+    """What of `spec` must be resolved again each time a query runs, for one partition; None for an offset
+    given as a number.
+
+    Spark's Kafka connector binds `earliest`, `latest`, -2, -1 and timestamps when the query executes, not when
+    the DataFrame is planned, so a DataFrame collected again sees records that arrived (or a log start that
+    moved) since. PySpark plans a Python data source's partitions once per DataFrame, so the read task
+    resolves them (see reading.read_range).
+    """
+    if spec.kind == "offsets":
+        value = spec.offsets[tp]
+        return OffsetSpec("earliest") if value == EARLIEST else OffsetSpec("latest") if value == LATEST else None
+    if spec.kind == "timestamps":
+        return OffsetSpec("timestamps", offsets={tp: spec.offsets[tp]})
+    return spec
+
+
 def _check_covers(given: Mapping[TopicPartition, int], partitions: Sequence[TopicPartition], option: str) -> None:
     """Spark requires JSON offsets to name exactly the partitions read."""
     wanted = set(partitions)

@@ -11,7 +11,7 @@ import gc
 import logging
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -20,13 +20,21 @@ from kafkalite.spark import record_walk
 from kafkalite.spark.arrow_decode import decode_chunk
 from kafkalite.spark.backend import BackendSpec, LogTruncatedError, RangeMovedError, SourceBackend, TopicPartition
 from kafkalite.spark.errors import DataLossError, UnknownTopicError
+from kafkalite.spark.options import OffsetSpec
+from kafkalite.spark.planning import check_order, option_name, resolve
 
 log = logging.getLogger("kafkalite.spark")
 
 
 @dataclass
 class OffsetRange(InputPartition):
-    """Offsets [start, end) of one partition: one Spark input partition (a task)."""
+    """Offsets [start, end) of one partition: one Spark input partition (a task).
+
+    A batch query's bound given as earliest, latest, -2, -1 or a timestamp is also carried as `late_start` /
+    `late_end` and resolved again when the task runs (Spark's connector binds them when the query executes):
+    `start` and `end` are then what planning saw. `from_earliest`: the query reads from the earliest offset,
+    so a log start that moved past `start` is no data loss. `whole`: the partition is read by this task alone.
+    """
 
     spec: BackendSpec
     topic: str
@@ -36,18 +44,47 @@ class OffsetRange(InputPartition):
     include_headers: bool
     fail_on_data_loss: bool
     check_crcs: bool = True
+    late_start: OffsetSpec | None = None
+    late_end: OffsetSpec | None = None
+    strategy: str = "error"  # startingOffsetsByTimestampStrategy, for a late starting timestamp
+    from_earliest: bool = False
+    whole: bool = True
 
 
 def read_range(r: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Decode the range's batches into RecordBatches of the source schema."""
-    if r.end <= r.start:
+    if r.end <= r.start and r.late_start is None and r.late_end is None:
         return
     _freeze_worker_heap()
     backend = r.spec.open_source()
     try:
-        yield from _read(backend, r)
+        bound = _bind(backend, r)
+        if bound is not None and bound.end > bound.start:
+            yield from _read(backend, bound)
     finally:
         backend.close()
+
+
+def _bind(backend: SourceBackend, r: OffsetRange) -> OffsetRange | None:
+    """The range with its symbolic bounds resolved now; None when its partition is gone (data loss)."""
+    if r.late_start is None and r.late_end is None:
+        return r
+    tp = (r.topic, r.partition)
+    try:
+        bounds = backend.offset_bounds([tp])
+    except UnknownTopicError:
+        _lost(r, f"partition {r.topic}-{r.partition} was deleted")
+        return None
+    start, end = r.start, r.end
+    if r.late_start is not None:
+        start = resolve(backend, r.late_start, [tp], bounds, option=option_name(r.late_start, "starting"),
+                        strategy=r.strategy)[tp]
+    if r.late_end is not None:
+        end = resolve(backend, r.late_end, [tp], bounds, option=option_name(r.late_end, "ending"),
+                      no_match="latest")[tp]
+    if r.whole:
+        check_order(tp, start, end)
+    return replace(r, start=start, end=end, late_start=None, late_end=None)
 
 
 _heap_frozen = False
@@ -116,6 +153,8 @@ def _check_start(backend: SourceBackend, r: OffsetRange, tp: TopicPartition, off
     except UnknownTopicError:
         _lost(r, f"partition {r.topic}-{r.partition} was deleted")
         return None
+    if offset < earliest and r.from_earliest:
+        return earliest if earliest < r.end else None  # the query reads from the earliest: nothing is lost
     if offset < earliest:
         _lost(r, f"offsets {offset} to {earliest - 1} of {r.topic}-{r.partition} are gone (retention or "
                  f"DeleteRecords moved its log start to {earliest}); some data was never read")

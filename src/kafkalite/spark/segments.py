@@ -6,7 +6,9 @@ writing, or runs recovery. Files are opened read-only (`FileRecords(mutable=Fals
 scan tolerates what a live or crashed writer leaves at the tail: a half-written batch, the zeros
 of a preallocated segment, a preallocated index whose unused slots read as zeros.
 
-Offsets are found with the segment's indexes, read from their valid prefix only.
+Offsets are found with the segment's offset index, read from its valid prefix only. Offsets by
+timestamp are not looked up here: the embedded backend asks the storage layer's read-only Log, as the
+broker does, so the two modes cannot answer differently.
 """
 
 from __future__ import annotations
@@ -20,18 +22,17 @@ from pathlib import Path
 import numpy as np
 from crc32c import crc32c
 
-from kafkalite.records.batch import HEADER, LOG_OVERHEAD, MAGIC_V2, PREFIX, RECORD_BATCH_OVERHEAD, RecordBatch
+from kafkalite.records.batch import HEADER, LOG_OVERHEAD, MAGIC_V2, PREFIX, RECORD_BATCH_OVERHEAD
 from kafkalite.spark.arrow_decode import RawChunk
 from kafkalite.storage import names
 from kafkalite.storage.file_records import FileRecords
-from kafkalite.storage.read_only import OFFSET_ENTRY, TIME_ENTRY, read_index_entries
+from kafkalite.storage.read_only import OFFSET_ENTRY, read_index_entries
 
 CHUNK_BYTES = 8 << 20  # a chunk this size stays in the last-level cache while it is checked, walked, decoded
 _SCAN_WINDOW = 256 << 10
 _MIN_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
 _INT32 = struct.Struct(">i")
 _INT32_MAX = (1 << 31) - 1
-_INT64_MAX = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +45,6 @@ class Segment:
     @property
     def offset_index(self) -> Path:
         return names.offset_index_file(self.path.parent, self.base_offset)
-
-    @property
-    def time_index(self) -> Path:
-        return names.time_index_file(self.path.parent, self.base_offset)
 
 
 def list_segments(partition_dir: Path) -> list[Segment]:
@@ -82,20 +79,6 @@ def index_position(segment: Segment, offset: int) -> int:
     relative = min(max(offset - segment.base_offset, -1), _INT32_MAX)
     slot = int(np.searchsorted(entries["relative_offset"], relative, side="right")) - 1
     return int(entries["position"][slot]) if slot >= 0 else 0
-
-
-def time_index_offset(segment: Segment, timestamp: int) -> tuple[int, int]:
-    """(offset to start a search for `timestamp` at, the largest timestamp the index knows)."""
-    entries = _time_entries(segment)
-    if entries.size == 0:
-        return segment.base_offset, -1
-    slot = int(np.searchsorted(entries["timestamp"], min(timestamp, _INT64_MAX), side="right")) - 1
-    start = segment.base_offset + int(entries["relative_offset"][slot]) if slot >= 0 else segment.base_offset
-    return start, int(entries["timestamp"][-1])
-
-
-def _time_entries(segment: Segment) -> np.ndarray:
-    return read_index_entries(segment.time_index, TIME_ENTRY)
 
 
 # --- scanning ------------------------------------------------------------------------------------
@@ -219,40 +202,3 @@ def read_range(segments: list[Segment], start: int, end: int,
                 pos += cut
         finally:
             records.close()
-
-
-def offset_for_timestamp(segments: list[Segment], timestamp: int, earliest: int, latest: int) -> int | None:
-    """The first offset in [earliest, latest) whose record timestamp is >= `timestamp`, or None.
-
-    Kafka's ListOffsets by time: segments are tried in order; inside one, the time index says
-    where to start, and the records of the first batch whose max timestamp reaches the target
-    are opened to find the exact record.
-    """
-    for i, seg in enumerate(segments):
-        upper = segments[i + 1].base_offset if i + 1 < len(segments) else latest
-        if upper <= earliest:
-            continue
-        if seg.base_offset >= latest:
-            return None
-        start_offset, _known_max = time_index_offset(seg, timestamp)
-        start_offset = max(start_offset, earliest, seg.base_offset)
-        for chunk, _next in read_range([seg], start_offset, min(upper, latest)):
-            found = _first_at_or_after(chunk, timestamp, start_offset, latest)
-            if found is not None:
-                return found
-    return None
-
-
-def _first_at_or_after(chunk: RawChunk, timestamp: int, start: int, end: int) -> int | None:
-    view = memoryview(chunk.data)
-    at = 0
-    while at + RECORD_BATCH_OVERHEAD <= len(view):
-        header = HEADER.unpack_from(view, at)
-        size = header[1] + LOG_OVERHEAD
-        base, lod, max_ts, attrs = header[0], header[6], header[8], header[5]
-        if base + lod >= start and max_ts >= timestamp and not attrs & 0x20:
-            for r in RecordBatch(bytes(view[at : at + size])).records():
-                if start <= r.offset < end and r.timestamp >= timestamp:
-                    return r.offset
-        at += size
-    return None

@@ -23,16 +23,10 @@ from pyspark.sql.types import StructType
 from kafkalite.spark.backend import SourceBackend, TopicPartition
 from kafkalite.spark.errors import OptionError
 from kafkalite.spark.offsets import split_ranges
-from kafkalite.spark.options import OffsetSpec, ReadOptions, parse_bool, parse_read_options
-from kafkalite.spark.planning import discover, resolve
+from kafkalite.spark.options import ReadOptions, parse_bool, parse_read_options
+from kafkalite.spark.planning import check_order, discover, late_spec, option_name, resolve
 from kafkalite.spark.reading import OffsetRange, read_range
 from kafkalite.spark.schema import spark_schema
-
-
-def option_name(spec: OffsetSpec, side: str) -> str:
-    """The option a spec came from, for error messages."""
-    return {"timestamp": f"{side}Timestamp", "timestamps": f"{side}OffsetsByTimestamp"}.get(
-        spec.kind, f"{side}Offsets")
 
 
 class KafkaliteDataSource(DataSource):
@@ -85,17 +79,42 @@ def _check_fixed_schema(schema: StructType, include_headers: bool) -> None:
 
 
 def _plan(backend: SourceBackend, opts: ReadOptions) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
-    """Starting and ending offset of every partition a batch query reads."""
+    """Starting and ending offset of every partition a batch query reads, as they are now."""
     tps = discover(backend, opts.subscription)
     bounds = backend.offset_bounds(tps)
     start = resolve(backend, opts.starting, tps, bounds, option=option_name(opts.starting, "starting"),
                     strategy=opts.starting_strategy)
     end = resolve(backend, opts.ending, tps, bounds, option=option_name(opts.ending, "ending"), no_match="latest")
     for tp in tps:
-        if start[tp] > end[tp]:
-            raise OptionError(f"the starting offset {start[tp]} of {tp[0]}-{tp[1]} is after its ending offset "
-                              f"{end[tp]}; check startingOffsets/endingOffsets (or their timestamp forms)")
+        check_order(tp, start[tp], end[tp])
     return start, end
+
+
+def plan_ranges(opts: ReadOptions, start: dict[TopicPartition, int], end: dict[TopicPartition, int]
+                ) -> list[OffsetRange]:
+    """The read tasks of a batch query: a range per partition (split further by minPartitions).
+
+    A bound given symbolically (earliest, latest, -2, -1, a timestamp) is carried by the task and resolved
+    again when it runs, as Spark's Kafka connector binds it when the query executes: the first piece of a
+    partition resolves its start, the last its end. So a partition empty now still gets a task when either of
+    its bounds is symbolic: it may have records by the time the DataFrame is collected (again).
+    """
+    late = {tp: (late_spec(opts.starting, tp), late_spec(opts.ending, tp)) for tp in start}
+    pieces: dict[TopicPartition, list[tuple[int, int]]] = {}
+    for tp, lo, hi in split_ranges([(tp, start[tp], end[tp]) for tp in sorted(start)], opts.min_partitions):
+        pieces.setdefault(tp, []).append((lo, hi))
+    out = []
+    for tp in sorted(start):
+        late_start, late_end = late[tp]
+        spans = pieces.get(tp) or ([(start[tp], end[tp])] if late_start or late_end else [])
+        for i, (lo, hi) in enumerate(spans):
+            first, last = i == 0, i == len(spans) - 1
+            out.append(OffsetRange(
+                opts.backend, tp[0], tp[1], lo, hi, opts.include_headers, opts.fail_on_data_loss, opts.check_crcs,
+                late_start=late_start if first else None, late_end=late_end if last else None,
+                strategy=opts.starting_strategy, from_earliest=late_start is not None and late_start.kind == "earliest",
+                whole=len(spans) == 1))
+    return out
 
 
 class BatchReader(DataSourceReader):
@@ -107,12 +126,7 @@ class BatchReader(DataSourceReader):
             start, end = _plan(backend, opts)
         finally:
             backend.close()
-        tps = sorted(start)
-        ranges = split_ranges([(tp, start[tp], end[tp]) for tp in tps], opts.min_partitions)
-        self.ranges: list[InputPartition] = [
-            OffsetRange(opts.backend, t, p, s, e, opts.include_headers, opts.fail_on_data_loss, opts.check_crcs)
-            for (t, p), s, e in ranges
-        ]
+        self.ranges: list[InputPartition] = list(plan_ranges(opts, start, end))
 
     def partitions(self) -> Sequence[InputPartition]:
         return self.ranges

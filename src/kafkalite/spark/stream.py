@@ -30,9 +30,8 @@ from kafkalite.spark.backend import OffsetBounds, SourceBackend, TopicPartition
 from kafkalite.spark.errors import DataLossError
 from kafkalite.spark.offsets import from_json, rate_limit, to_json_dict
 from kafkalite.spark.options import ReadOptions, Subscription
-from kafkalite.spark.planning import discover, resolve
+from kafkalite.spark.planning import discover, option_name, resolve
 from kafkalite.spark.reading import OffsetRange, read_range
-from kafkalite.spark.source import option_name
 
 log = logging.getLogger("kafkalite.spark")
 

@@ -866,7 +866,10 @@ class Log:
                 return self._max_timestamp_offset()
             for segment in self.segments.values():
                 if segment.largest_timestamp >= target:
-                    return segment.find_offset_by_timestamp(target, self.log_start_offset)
+                    # a segment wholly below the log start (retention has not deleted it yet) finds nothing: go on
+                    found = segment.find_offset_by_timestamp(target, self.log_start_offset)
+                    if found is not None:
+                        return found
             return None
 
     def _max_timestamp_offset(self) -> TimestampAndOffset | None:
