@@ -309,7 +309,7 @@ def test_offset_by_timestamp_skips_a_segment_wholly_below_the_log_start(tmp_path
     are not readable, so the lookup goes on to the next segment instead of finding nothing (found by the
     hypothesis comparison of the Spark source's two backends)."""
     lg = env.open(tmp_path / "topic-0", {"segment.bytes": 200, "index.interval.bytes": 1})
-    for i in range(6):
+    for _ in range(6):
         lg.append_as_leader(single(ts=T0), leader_epoch=0)
     assert len(lg.segments) > 2
     lg.update_high_watermark(lg.log_end_offset)
