@@ -7,8 +7,9 @@ import asyncio
 import time
 from typing import Any
 
-from kafkalite.coordinator import Errors, GroupCoordinator
+from kafkalite.coordinator import GroupCoordinator
 from kafkalite.coordinator.consumer_protocol import encode_assignment, encode_subscription
+from kafkalite.error_codes import ErrorCode
 from tests.support.coordinator import (
     DESCRIBE,
     HEARTBEAT,
@@ -120,7 +121,7 @@ def test_join_leave_and_kill_each_rebalance_to_stable(tmp_path):
 def test_member_id_required_round_trip(tmp_path):
     async def scenario(coord):
         first = await call(coord, JOIN, 4, join_body(), client="my-client")
-        assert first["error_code"] == Errors.MEMBER_ID_REQUIRED
+        assert first["error_code"] == ErrorCode.MEMBER_ID_REQUIRED
         member_id = first["member_id"]
         assert member_id.startswith("my-client-") and len(member_id) == len("my-client-") + 36
         assert first["generation_id"] == -1 and first["protocol_name"] == "" and first["members"] == []
@@ -144,7 +145,7 @@ def test_pending_member_that_never_returns_expires(tmp_path):
         assert pending in coord.groups["g"].pending_join_members
         await eventually(lambda: not coord.groups["g"].pending_join_members, timeout=2, what="pending expiry")
         late = await call(coord, JOIN, 7, join_body(member_id=pending))
-        assert late["error_code"] == Errors.UNKNOWN_MEMBER_ID
+        assert late["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
 
     run(tmp_path, scenario)
 
@@ -190,7 +191,7 @@ def test_rebalance_timeout_drops_members_that_do_not_rejoin(tmp_path):
         assert [m["member_id"] for m in rejoin["members"]] == [leader["member_id"]]
         hb = await call(coord, HEARTBEAT, 3, {"group_id": "g", "generation_id": gen,
                                               "member_id": follower["member_id"]})
-        assert hb["error_code"] == Errors.UNKNOWN_MEMBER_ID
+        assert hb["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
 
     run(tmp_path, scenario)
 
@@ -215,7 +216,7 @@ def test_member_that_never_syncs_is_removed(tmp_path):
 def test_heartbeat_errors(tmp_path):
     async def scenario(coord):
         hb = {"group_id": "nope", "generation_id": 1, "member_id": "m"}
-        assert (await call(coord, HEARTBEAT, 4, hb))["error_code"] == Errors.UNKNOWN_MEMBER_ID
+        assert (await call(coord, HEARTBEAT, 4, hb))["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
         consumers = [SimConsumer(coord, "g", TOPICS, f"c{i}").start() for i in range(2)]
         await eventually(lambda: stable_and_covering(coord, "g", consumers, TOPICS), what="Stable")
         await stop(*consumers)
@@ -223,13 +224,13 @@ def test_heartbeat_errors(tmp_path):
         ok = {"group_id": "g", "generation_id": c.generation, "member_id": c.member_id}
         assert (await call(coord, HEARTBEAT, 4, ok))["error_code"] == 0
         assert (await call(coord, HEARTBEAT, 4, {**ok, "generation_id": 99}))["error_code"] == \
-            Errors.ILLEGAL_GENERATION
-        assert (await call(coord, HEARTBEAT, 4, {**ok, "member_id": "x"}))["error_code"] == Errors.UNKNOWN_MEMBER_ID
-        assert (await call(coord, HEARTBEAT, 4, {**ok, "group_id": ""}))["error_code"] == Errors.INVALID_GROUP_ID
+            ErrorCode.ILLEGAL_GENERATION
+        assert (await call(coord, HEARTBEAT, 4, {**ok, "member_id": "x"}))["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+        assert (await call(coord, HEARTBEAT, 4, {**ok, "group_id": ""}))["error_code"] == ErrorCode.INVALID_GROUP_ID
         # a new member starts a rebalance: the others learn it from their heartbeats
         pending = asyncio.ensure_future(call(coord, JOIN, 3, join_body(session=5000)))
         await eventually(lambda: str(coord.groups["g"].state) == "PreparingRebalance", what="rebalance")
-        assert (await call(coord, HEARTBEAT, 4, ok))["error_code"] == Errors.REBALANCE_IN_PROGRESS
+        assert (await call(coord, HEARTBEAT, 4, ok))["error_code"] == ErrorCode.REBALANCE_IN_PROGRESS
         pending.cancel()
 
     run(tmp_path, scenario)
@@ -238,24 +239,24 @@ def test_heartbeat_errors(tmp_path):
 def test_protocol_and_parameter_checks(tmp_path):
     async def scenario(coord):
         bad = await call(coord, JOIN, 5, join_body(protocols=[]))
-        assert bad["error_code"] == Errors.INCONSISTENT_GROUP_PROTOCOL
+        assert bad["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         assert (await call(coord, JOIN, 5, join_body(protocol_type="")))["error_code"] == \
-            Errors.INCONSISTENT_GROUP_PROTOCOL
-        assert (await call(coord, JOIN, 5, join_body(session=5)))["error_code"] == Errors.INVALID_SESSION_TIMEOUT
-        assert (await call(coord, JOIN, 5, join_body(group="")))["error_code"] == Errors.INVALID_GROUP_ID
+            ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        assert (await call(coord, JOIN, 5, join_body(session=5)))["error_code"] == ErrorCode.INVALID_SESSION_TIMEOUT
+        assert (await call(coord, JOIN, 5, join_body(group="")))["error_code"] == ErrorCode.INVALID_GROUP_ID
         assert (await call(coord, JOIN, 5, join_body(group="fresh", member_id="ghost")))["error_code"] == \
-            Errors.UNKNOWN_MEMBER_ID
+            ErrorCode.UNKNOWN_MEMBER_ID
         first = await call(coord, JOIN, 3, join_body(group="p"))
         assert first["error_code"] == 0
         # a second member that shares no protocol with the group, or has another protocol type
         other = await call(coord, JOIN, 3, join_body(group="p", protocols=[("roundrobin", b"")]))
-        assert other["error_code"] == Errors.INCONSISTENT_GROUP_PROTOCOL
+        assert other["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         other = await call(coord, JOIN, 3, join_body(group="p", protocol_type="connect"))
-        assert other["error_code"] == Errors.INCONSISTENT_GROUP_PROTOCOL
+        assert other["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         sync = await call(coord, SYNC, 5, {"group_id": "p", "generation_id": 1, "member_id": first["member_id"],
                                            "protocol_type": "consumer", "protocol_name": "roundrobin",
                                            "assignments": []})
-        assert sync["error_code"] == Errors.INCONSISTENT_GROUP_PROTOCOL
+        assert sync["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         sync = await call(coord, SYNC, 5, {"group_id": "p", "generation_id": 1, "member_id": first["member_id"],
                                            "protocol_type": "consumer", "protocol_name": "range",
                                            "assignments": [{"member_id": first["member_id"], "assignment": b"x"}]})
@@ -287,7 +288,7 @@ def test_static_member_rejoin_keeps_assignment_without_rebalance(tmp_path):
         # the old incarnation is fenced
         hb = await call(coord, HEARTBEAT, 4, {"group_id": "g", "generation_id": gen, "member_id": old_id,
                                               "group_instance_id": "instance-1"})
-        assert hb["error_code"] == Errors.FENCED_INSTANCE_ID
+        assert hb["error_code"] == ErrorCode.FENCED_INSTANCE_ID
         restarted.start()
         await asyncio.sleep(0.2)
         assert group.generation_id == gen and dynamic.errors == []
@@ -328,18 +329,18 @@ def test_leave_group_versions(tmp_path):
     async def scenario(coord):
         a = await call(coord, JOIN, 3, join_body(session=5000))
         assert (await call(coord, LEAVE, 0, {"group_id": "g", "member_id": "unknown"}))["error_code"] == \
-            Errors.UNKNOWN_MEMBER_ID
+            ErrorCode.UNKNOWN_MEMBER_ID
         assert (await call(coord, LEAVE, 5, {"group_id": "nope", "members": [{"member_id": "x"}]}))["members"] == \
-            [{"member_id": "x", "group_instance_id": None, "error_code": Errors.UNKNOWN_MEMBER_ID}]
+            [{"member_id": "x", "group_instance_id": None, "error_code": ErrorCode.UNKNOWN_MEMBER_ID}]
         batched = await call(coord, LEAVE, 3, {"group_id": "g", "members": [
             {"member_id": a["member_id"], "group_instance_id": None}, {"member_id": "zzz", "group_instance_id": None}]})
         assert batched["error_code"] == 0
-        assert [m["error_code"] for m in batched["members"]] == [0, Errors.UNKNOWN_MEMBER_ID]
+        assert [m["error_code"] for m in batched["members"]] == [0, ErrorCode.UNKNOWN_MEMBER_ID]
         group = coord.groups["g"]
         await eventually(lambda: str(group.state) == "Empty", what="Empty after the last member left")
         assert group.generation_id == 2 and group.protocol_name is None
         assert (await call(coord, LEAVE, 1, {"group_id": "g", "member_id": a["member_id"]}))["error_code"] == \
-            Errors.UNKNOWN_MEMBER_ID
+            ErrorCode.UNKNOWN_MEMBER_ID
 
     run(tmp_path, scenario)
 
@@ -348,18 +349,18 @@ def test_requests_before_load_and_after_close(tmp_path):
     async def main():
         lm = manager(tmp_path)
         coord = coordinator(lm)
-        assert (await call(coord, JOIN, 5, join_body()))["error_code"] == Errors.COORDINATOR_LOAD_IN_PROGRESS
+        assert (await call(coord, JOIN, 5, join_body()))["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         assert (await call(coord, HEARTBEAT, 4, {"group_id": "g", "generation_id": 1, "member_id": "m"}))[
             "error_code"] == 0  # heartbeats are answered blindly while loading, as in Kafka
         fetch = await call(coord, 9, 8, {"groups": [{"group_id": "g", "topics": None}], "require_stable": False})
-        assert fetch["groups"][0]["error_code"] == Errors.COORDINATOR_LOAD_IN_PROGRESS
+        assert fetch["groups"][0]["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         await coord.load()
         parked = asyncio.ensure_future(call(coord, JOIN, 3, join_body()))
         await asyncio.sleep(0.01)
         assert not parked.done()
         coord.close()  # a parked JoinGroup is answered so the client looks for the coordinator again
-        assert (await parked)["error_code"] == Errors.NOT_COORDINATOR
-        assert (await call(coord, JOIN, 5, join_body()))["error_code"] == Errors.COORDINATOR_NOT_AVAILABLE
+        assert (await parked)["error_code"] == ErrorCode.NOT_COORDINATOR
+        assert (await call(coord, JOIN, 5, join_body()))["error_code"] == ErrorCode.COORDINATOR_NOT_AVAILABLE
         lm.shutdown()
 
     asyncio.run(main())

@@ -22,10 +22,11 @@ import pytest
 
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import MetadataStore
-from kafkalite.broker.partition import Partition
 from kafkalite.broker.replica_manager import ReplicaManager
-from kafkalite.coordinator import OFFSETS_TOPIC, Errors, GroupCoordinator
+from kafkalite.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from kafkalite.error_codes import ErrorCode
 from kafkalite.manager.log_manager import LogManager
+from kafkalite.replication.partition import Partition
 from kafkalite.storage.log import FetchIsolation
 from tests.support.coordinator import COMMIT, FAST, FETCH, SimConsumer, eventually, manager
 
@@ -144,14 +145,14 @@ async def _isr_shrinks_after_the_follower_fetched(leader: OffsetsLeader) -> None
     await leader.replica_fetch()  # no suspension between this and the LeaderAndIsr
     assert leader.part.high_watermark == leader.part.log_end_offset
     leader.controller_says(lambda p: p.make_leader(2, [NODE], [NODE, FOLLOWER]))
-    assert code_of(await answer) == Errors.COORDINATOR_NOT_AVAILABLE
+    assert code_of(await answer) == ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 async def _isr_below_min_insync_replicas(leader: OffsetsLeader) -> None:
     """The ISR is already below min.insync.replicas: the append itself is refused (NOT_ENOUGH_REPLICAS),
     nothing is written."""
     part = await leader.start(isr=(NODE,), min_insync_replicas=2)
-    assert code_of(await call(leader.coord, COMMIT, 8, commit("g", 5))) == Errors.COORDINATOR_NOT_AVAILABLE
+    assert code_of(await call(leader.coord, COMMIT, 8, commit("g", 5))) == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert part.log_end_offset == 0
 
 
@@ -161,7 +162,7 @@ async def _leadership_moves_while_waiting(leader: OffsetsLeader) -> None:
     answer = asyncio.ensure_future(call(leader.coord, COMMIT, 8, commit("g", 5)))
     await eventually(lambda: leader.parked() == 1, what="the commit to wait")
     leader.controller_says(lambda p: p.make_follower(FOLLOWER, 2, [FOLLOWER], [NODE, FOLLOWER]))
-    assert code_of(await answer) == Errors.NOT_COORDINATOR
+    assert code_of(await answer) == ErrorCode.NOT_COORDINATOR
 
 
 async def _follower_never_fetches(leader: OffsetsLeader) -> None:
@@ -171,7 +172,7 @@ async def _follower_never_fetches(leader: OffsetsLeader) -> None:
     answer = asyncio.ensure_future(call(leader.coord, COMMIT, 8, commit("g", 5)))
     await asyncio.sleep(0.1)
     assert not answer.done()
-    assert code_of(await asyncio.wait_for(answer, 5)) == Errors.REQUEST_TIMED_OUT
+    assert code_of(await asyncio.wait_for(answer, 5)) == ErrorCode.REQUEST_TIMED_OUT
     assert part.log_end_offset == 1 and part.high_watermark == 0  # written, maybe committed later
 
 
@@ -217,7 +218,7 @@ def test_oversized_commit_is_invalid_commit_offset_size(tmp_path):
         coord.ensure_offsets_topic()
         lm.update_topic_config(OFFSETS_TOPIC, {**lm.topic_configs.get(OFFSETS_TOPIC, {}), "max.message.bytes": 300})
         resp = await call(coord, COMMIT, 8, commit("g", 1, metadata="m" * 1000))
-        assert code_of(resp) == Errors.INVALID_COMMIT_OFFSET_SIZE
+        assert code_of(resp) == ErrorCode.INVALID_COMMIT_OFFSET_SIZE
         coord.close()
 
     asyncio.run(main())
@@ -257,11 +258,11 @@ def test_sync_group_timeout_is_rebalance_in_progress(tmp_path):
         member.call = recording  # type: ignore[method-assign]
         joined = asyncio.ensure_future(member.join_and_sync())
         await eventually(lambda: bool(sync_errors), what="the assignment's write to time out")
-        assert sync_errors == [Errors.REBALANCE_IN_PROGRESS] and member.assignment != {"t": [0, 1]}
+        assert sync_errors == [ErrorCode.REBALANCE_IN_PROGRESS] and member.assignment != {"t": [0, 1]}
         await eventually(lambda: leader.parked() == 1, what="the rejoin's assignment to wait")
         await leader.replica_fetch()
         await asyncio.wait_for(joined, 5)
-        assert sync_errors == [Errors.REBALANCE_IN_PROGRESS, 0]
+        assert sync_errors == [ErrorCode.REBALANCE_IN_PROGRESS, 0]
         assert member.assignment == {"t": [0, 1]}
 
     run(tmp_path, scenario, **{"offsets.commit.timeout.ms": 300})

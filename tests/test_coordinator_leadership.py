@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kafkalite.coordinator import Errors, GroupCoordinator
+from kafkalite.coordinator import GroupCoordinator
+from kafkalite.error_codes import ErrorCode
 from tests.support.coordinator import COMMIT, FETCH, JOIN, SimConsumer, coordinator, eventually, manager
 
 TOPICS = {"t": 2}
@@ -49,15 +50,15 @@ def test_groups_of_a_partition_load_on_election_and_unload_on_resignation(tmp_pa
             pa, pb = coord.coordinator_key_partition(a), coord.coordinator_key_partition(b)
             # led by no one here yet
             res = await call(coord, COMMIT, 8, commit_body(a, 5))
-            assert res["topics"][0]["partitions"][0]["error_code"] == Errors.NOT_COORDINATOR
-            assert (await fetched(coord, a))[0] == Errors.NOT_COORDINATOR
+            assert res["topics"][0]["partitions"][0]["error_code"] == ErrorCode.NOT_COORDINATOR
+            assert (await fetched(coord, a))[0] == ErrorCode.NOT_COORDINATOR
 
             coord.on_election(pa, 0)
             coord.on_election(pb, 0)
             # the load runs in the background: until it ends, the group's requests are asked to retry
-            assert (await fetched(coord, a))[0] == Errors.COORDINATOR_LOAD_IN_PROGRESS
+            assert (await fetched(coord, a))[0] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
             res = await call(coord, COMMIT, 8, commit_body(a, 5))
-            assert res["topics"][0]["partitions"][0]["error_code"] == Errors.COORDINATOR_LOAD_IN_PROGRESS
+            assert res["topics"][0]["partitions"][0]["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
             await eventually(lambda: coord.owns(pa) and coord.owns(pb), what="partitions loaded")
 
             member = SimConsumer(coord, a, TOPICS, "c1", session_ms=5000)
@@ -70,29 +71,29 @@ def test_groups_of_a_partition_load_on_election_and_unload_on_resignation(tmp_pa
 
             # a second member's JoinGroup parks while the first is asked to rejoin
             first = await call(coord, JOIN, 7, {**member.join_body(), "member_id": ""})
-            assert first["error_code"] == Errors.MEMBER_ID_REQUIRED
+            assert first["error_code"] == ErrorCode.MEMBER_ID_REQUIRED
             parked = asyncio.get_running_loop().create_task(
                 call(coord, JOIN, 7, {**member.join_body(), "member_id": first["member_id"]}))
             await eventually(lambda: str(coord.groups[a].state) == "PreparingRebalance", what="rebalance")
             assert not parked.done()
 
             coord.on_resignation(pa, 1)
-            assert (await asyncio.wait_for(parked, 5))["error_code"] == Errors.NOT_COORDINATOR
+            assert (await asyncio.wait_for(parked, 5))["error_code"] == ErrorCode.NOT_COORDINATOR
             assert a not in coord.groups and not coord.committed_offsets(a)
-            assert await member.heartbeat() == Errors.NOT_COORDINATOR
-            assert (await fetched(coord, a))[0] == Errors.NOT_COORDINATOR
+            assert await member.heartbeat() == ErrorCode.NOT_COORDINATOR
+            assert (await fetched(coord, a))[0] == ErrorCode.NOT_COORDINATOR
             assert await fetched(coord, b) == (0, 11)  # another partition's groups stay
 
             coord.on_election(pa, 0)  # older than the resignation: ignored
             assert not coord.is_loading(pa) and not coord.owns(pa)
 
             coord.on_election(pa, 2)
-            assert (await fetched(coord, a))[0] == Errors.COORDINATOR_LOAD_IN_PROGRESS
-            assert await member.heartbeat() == Errors.NONE  # heartbeats are answered blindly while loading
+            assert (await fetched(coord, a))[0] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            assert await member.heartbeat() == ErrorCode.NONE  # heartbeats are answered blindly while loading
             await eventually(lambda: coord.owns(pa), what="partition reloaded")
             assert await fetched(coord, a) == (0, 7)  # back from the log
             assert str(coord.groups[a].state) == "Stable" and member.member_id in coord.groups[a].members
-            assert await member.heartbeat() == Errors.NONE
+            assert await member.heartbeat() == ErrorCode.NONE
 
             # a resignation while loading cancels the load: nothing of the partition is kept
             coord.on_resignation(pb, 1)
@@ -100,7 +101,7 @@ def test_groups_of_a_partition_load_on_election_and_unload_on_resignation(tmp_pa
             coord.on_resignation(pb, 3)
             await asyncio.sleep(0.2)
             assert not coord.owns(pb) and not coord.is_loading(pb) and b not in coord.groups
-            assert (await fetched(coord, b))[0] == Errors.NOT_COORDINATOR
+            assert (await fetched(coord, b))[0] == ErrorCode.NOT_COORDINATOR
         finally:
             coord.close()
             lm.shutdown()

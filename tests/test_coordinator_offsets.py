@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from kafkalite.clock import MockClock
-from kafkalite.coordinator import OFFSETS_TOPIC, Errors, GroupCoordinator
+from kafkalite.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from kafkalite.coordinator.consumer_protocol import encode_subscription
 from kafkalite.coordinator.records import (
     OffsetCommitKey,
@@ -15,6 +15,7 @@ from kafkalite.coordinator.records import (
     encode_offset_commit_key,
     encode_offset_commit_value,
 )
+from kafkalite.error_codes import ErrorCode
 from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.records.control import ControlRecordType, build_end_txn_marker
 from kafkalite.storage.log import FetchIsolation
@@ -118,17 +119,17 @@ def test_commit_validation(tmp_path):
         await coord.load()
         # an unknown group with a generation: ILLEGAL_GENERATION before v9, GROUP_ID_NOT_FOUND from v9
         assert set(errors_of(await call(coord, COMMIT, 8, commit_body("x", {("a", 0): 1}, 3, "m"))).values()) == \
-            {Errors.ILLEGAL_GENERATION}
+            {ErrorCode.ILLEGAL_GENERATION}
         assert set(errors_of(await call(coord, COMMIT, 9, commit_body("x", {("a", 0): 1}, 3, "m"))).values()) == \
-            {Errors.GROUP_ID_NOT_FOUND}
+            {ErrorCode.GROUP_ID_NOT_FOUND}
         assert "x" not in coord.groups
         errs = errors_of(await call(coord, COMMIT, 8, commit_body("x", {("a", 0): 1, ("a", 7): 1, ("missing", 0): 1})))
-        assert errs == {("a", 0): 0, ("a", 7): Errors.UNKNOWN_TOPIC_OR_PARTITION,
-                        ("missing", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION}
+        assert errs == {("a", 0): 0, ("a", 7): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        ("missing", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
         errs = errors_of(await call(coord, COMMIT, 8, commit_body("x", {("a", 1): 1}, metadata="123456789")))
-        assert errs == {("a", 1): Errors.OFFSET_METADATA_TOO_LARGE}
+        assert errs == {("a", 1): ErrorCode.OFFSET_METADATA_TOO_LARGE}
         assert set(errors_of(await call(coord, COMMIT, 8, commit_body("", {("a", 0): 1}))).values()) == \
-            {Errors.INVALID_GROUP_ID}
+            {ErrorCode.INVALID_GROUP_ID}
         # members of a real group commit with their generation
         join = {"group_id": "g", "session_timeout_ms": 5000, "rebalance_timeout_ms": 5000, "member_id": "",
                 "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": encode_subscription(["a"])}]}
@@ -136,16 +137,16 @@ def test_commit_validation(tmp_path):
         mid = j["member_id"]
         # between JoinGroup and SyncGroup: REBALANCE_IN_PROGRESS
         assert set(errors_of(await call(coord, COMMIT, 8, commit_body("g", {("a", 0): 1}, 1, mid))).values()) == \
-            {Errors.REBALANCE_IN_PROGRESS}
+            {ErrorCode.REBALANCE_IN_PROGRESS}
         await call(coord, SYNC, 3, {"group_id": "g", "generation_id": 1, "member_id": mid, "assignments": []})
         assert set(errors_of(await call(coord, COMMIT, 8, commit_body("g", {("a", 0): 1}, 1, mid))).values()) == {0}
         assert set(errors_of(await call(coord, COMMIT, 8, commit_body("g", {("a", 0): 1}, 2, mid))).values()) == \
-            {Errors.ILLEGAL_GENERATION}
+            {ErrorCode.ILLEGAL_GENERATION}
         assert set(errors_of(await call(coord, COMMIT, 8, commit_body("g", {("a", 0): 1}, 1, "who"))).values()) == \
-            {Errors.UNKNOWN_MEMBER_ID}
+            {ErrorCode.UNKNOWN_MEMBER_ID}
         # no generation and no member id against a group with members
         assert set(errors_of(await call(coord, COMMIT, 8, commit_body("g", {("a", 0): 1}))).values()) == \
-            {Errors.UNKNOWN_MEMBER_ID}
+            {ErrorCode.UNKNOWN_MEMBER_ID}
         coord.close()
         lm.shutdown()
 
@@ -288,12 +289,12 @@ def test_delete_groups(tmp_path):
         await c.join_and_sync()
         resp = await call(coord, DELETE, 2, {"groups_names": ["empty", "busy", "nope"]})
         assert resp["results"] == [{"group_id": "empty", "error_code": 0},
-                                   {"group_id": "busy", "error_code": Errors.NON_EMPTY_GROUP},
-                                   {"group_id": "nope", "error_code": Errors.GROUP_ID_NOT_FOUND}]
+                                   {"group_id": "busy", "error_code": ErrorCode.NON_EMPTY_GROUP},
+                                   {"group_id": "nope", "error_code": ErrorCode.GROUP_ID_NOT_FOUND}]
         assert "empty" not in coord.groups and coord.committed_offsets("empty") == {}
         assert await fetch_all(coord, "empty") == {}
         d = await call(coord, DESCRIBE, 6, {"groups": ["empty"]})
-        assert (d["groups"][0]["error_code"], d["groups"][0]["group_state"]) == (Errors.GROUP_ID_NOT_FOUND, "Dead")
+        assert (d["groups"][0]["error_code"], d["groups"][0]["group_state"]) == (ErrorCode.GROUP_ID_NOT_FOUND, "Dead")
         d = await call(coord, DESCRIBE, 5, {"groups": ["empty"]})
         assert (d["groups"][0]["error_code"], d["groups"][0]["group_state"]) == (0, "Dead")
         # the tombstones: two offsets and the group, in one batch
@@ -339,10 +340,10 @@ def test_offset_delete(tmp_path):
         assert await fetch_all(coord, "empty") == {("a", 0): 1}
         resp = await call(coord, ApiKey.OFFSET_DELETE, 0, body("busy", [("a", 0), ("b", 0)]))
         assert resp["error_code"] == 0
-        assert errors_of(resp) == {("a", 0): Errors.GROUP_SUBSCRIBED_TO_TOPIC, ("b", 0): 0}
+        assert errors_of(resp) == {("a", 0): ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, ("b", 0): 0}
         assert await fetch_all(coord, "busy") == {}
         resp = await call(coord, ApiKey.OFFSET_DELETE, 0, body("nope", [("a", 0)]))
-        assert (resp["error_code"], resp["topics"]) == (Errors.GROUP_ID_NOT_FOUND, [])
+        assert (resp["error_code"], resp["topics"]) == (ErrorCode.GROUP_ID_NOT_FOUND, [])
         coord.close()
         lm.shutdown()
         lm = manager(tmp_path)

@@ -14,7 +14,6 @@ import pytest
 
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import MetadataStore
-from kafkalite.broker.partition import NEVER_MS, Partition
 from kafkalite.broker.replica_manager import ReplicaManager
 from kafkalite.broker.topic_admin import TopicAdmin
 from kafkalite.coordinator.config import OFFSETS_TOPIC
@@ -28,6 +27,7 @@ from kafkalite.errors import (
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol.error_codes import ErrorCode
 from kafkalite.records import SimpleRecord, build_batch, iter_batches
+from kafkalite.replication.partition import NEVER_MS, Partition
 from kafkalite.storage.log import FetchIsolation, Log
 from tests.support.coordinator import coordinator, manager
 from tests.support.logs import Env

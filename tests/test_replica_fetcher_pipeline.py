@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from kafkalite.broker.partition import Partition, follower_runs
 from kafkalite.broker.replica_fetcher import (
     FetcherSettings,
     ReplicaFetcher,
@@ -30,6 +29,7 @@ from kafkalite.protocol import ApiKey
 from kafkalite.protocol.codec import RequestHeader, encode_response
 from kafkalite.protocol.connection import ClientConnection, CorrelationError, ServerConnection
 from kafkalite.records import SimpleRecord, build_batch, iter_batches
+from kafkalite.replication.partition import Partition, follower_runs
 from kafkalite.storage.log import FetchIsolation, Log
 from tests.support.logs import Env
 

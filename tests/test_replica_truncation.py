@@ -7,7 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafkalite.broker.replica_fetcher import truncation_offset, truncation_on_fetch_supported
+from kafkalite.broker.replica_fetcher import truncation_on_fetch_supported
+from kafkalite.replication.truncation import truncation_offset
 from kafkalite.storage.leader_epoch import LeaderEpochCache
 
 

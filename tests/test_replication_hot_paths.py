@@ -187,7 +187,7 @@ def _leader_bytes(tmp_path, batches: int = 12, size: int = 3000) -> bytes:
 
 
 def _follower(tmp_path):
-    from kafkalite.broker.partition import Partition
+    from kafkalite.replication.partition import Partition
 
     lg = Env().open(tmp_path / "follower" / "t-0")
     return lg, Partition("t", 0, lg, local_broker_id=2)

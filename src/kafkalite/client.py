@@ -37,8 +37,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafkalite.backoff import Backoff
+from kafkalite.error_codes import INVALID_METADATA
 from kafkalite.errors import KafkaliteError
 from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode
+from kafkalite.protocol.api_keys import api_name
+from kafkalite.protocol.config_resources import ConfigResourceType
 from kafkalite.protocol.connection import ClientConnection
 from kafkalite.records.batch import RecordBatch, iter_batches
 from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity, connect
@@ -80,12 +84,9 @@ class LogTruncationError(KafkaClientError):
         self.positions = dict(positions)
         self.divergent = dict(divergent)
 
-# Answers after which Kafka's clients refresh metadata and retry (InvalidMetadataException and kin): the
-# partition's leader is elsewhere, being elected, not known yet, or its log dir is offline.
-REFRESH_AND_RETRY = frozenset({
-    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.REPLICA_NOT_AVAILABLE,
-})
+# Answers after which Kafka's clients refresh metadata and retry (InvalidMetadataException): the partition's
+# leader is elsewhere, being elected, not known yet, or its log dir is offline.
+REFRESH_AND_RETRY = INVALID_METADATA
 # Retried at the same broker after a pause: it is behind us (its LeaderAndIsr has not arrived yet), or busy.
 RETRY_SAME_BROKER = frozenset({ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.OFFSET_NOT_AVAILABLE})
 # Produce answers retried (nothing was written); NOT_ENOUGH_REPLICAS_AFTER_APPEND is not: it was written.
@@ -363,15 +364,14 @@ class _Retry:
     """Backoff for one operation: waits that double from `retry_backoff_s` up to 1 s, until a deadline."""
 
     def __init__(self, client: KafkaClient) -> None:
-        self.deadline = time.monotonic() + client.retry_timeout_s
-        self.delay = client.retry_backoff_s
+        self.backoff = Backoff(client.retry_backoff_s, 1.0, client.retry_timeout_s)
 
     def wait(self) -> bool:
         """Sleep before the next attempt; False (without sleeping) when that would pass the deadline."""
-        if time.monotonic() + self.delay > self.deadline:
+        delay = self.backoff.next_delay()
+        if delay is None:
             return False
-        time.sleep(self.delay)
-        self.delay = min(max(self.delay, 0.01) * 2, 1.0)
+        time.sleep(delay)
         return True
 
 
@@ -665,7 +665,7 @@ class KafkaClient:
                     return res
                 if code in COORDINATOR_MOVED:
                     self._coordinators.pop(group, None)
-                failure: Exception = KafkaClientError(code, f"{_api_name(api)} of group {group}")
+                failure: Exception = KafkaClientError(code, f"{api_name(api)} of group {group}")
             except OSError as exc:
                 self._coordinators.pop(group, None)
                 self.drop(node)
@@ -698,7 +698,8 @@ class KafkaClient:
             raise KafkaClientError(res["error_code"], res.get("error_message") or name)
 
     def describe_topic_configs(self, name: str) -> list[dict[str, Any]]:
-        body = {"resources": [{"resource_type": 2, "resource_name": name, "configuration_keys": None}]}
+        body = {"resources": [{"resource_type": ConfigResourceType.TOPIC, "resource_name": name,
+                               "configuration_keys": None}]}
         res = self.request(ApiKey.DESCRIBE_CONFIGS, body)["results"][0]
         if res["error_code"]:
             raise KafkaClientError(res["error_code"], res.get("error_message") or name)
@@ -1046,8 +1047,3 @@ def _first_partition_code(res: dict[str, Any]) -> int:
     return res.get("error_code", 0)
 
 
-def _api_name(key: int) -> str:
-    try:
-        return ApiKey(key).name
-    except ValueError:
-        return f"API {key}"

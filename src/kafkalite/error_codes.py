@@ -140,3 +140,37 @@ class ErrorCode(IntEnum):
     INVALID_VOTER_KEY = 125
     DUPLICATE_VOTER = 126
     VOTER_NOT_FOUND = 127
+
+
+E = ErrorCode  # below only: the sets read better with the short name
+
+# Kafka's InvalidMetadataException subclasses: the client's view of where a partition lives is stale, so it
+# refreshes metadata before it retries (Kafka's clients do so for exactly these). ElectionNotNeeded and
+# PreferredLeaderNotAvailable are subclasses too in Kafka, but they answer ElectLeaders and are reported, not
+# retried, so they are left out here.
+INVALID_METADATA = frozenset({
+    E.NOT_LEADER_OR_FOLLOWER, E.LEADER_NOT_AVAILABLE, E.UNKNOWN_TOPIC_OR_PARTITION, E.FENCED_LEADER_EPOCH,
+    E.KAFKA_STORAGE_ERROR, E.REPLICA_NOT_AVAILABLE, E.NETWORK_EXCEPTION, E.LISTENER_NOT_FOUND,
+    E.UNKNOWN_TOPIC_ID, E.INCONSISTENT_TOPIC_ID,
+})
+
+# Kafka's RetriableException subclasses: the same request may succeed later (a leader being elected, a replica
+# catching up, a coordinator loading). Each caller takes what fits its request from here, and says why it
+# leaves any out (a corrupt answer, say, is reported at once rather than retried).
+RETRIABLE = INVALID_METADATA | frozenset({
+    E.CORRUPT_MESSAGE, E.REQUEST_TIMED_OUT, E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_COORDINATOR, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.NOT_CONTROLLER,
+    E.FETCH_SESSION_ID_NOT_FOUND, E.INVALID_FETCH_SESSION_EPOCH, E.UNKNOWN_LEADER_EPOCH, E.OFFSET_NOT_AVAILABLE,
+    E.ELIGIBLE_LEADERS_NOT_AVAILABLE, E.CONCURRENT_TRANSACTIONS, E.THROTTLING_QUOTA_EXCEEDED,
+    E.UNSTABLE_OFFSET_COMMIT, E.FETCH_SESSION_TOPIC_ID_ERROR,
+})
+
+del E
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of a wire error code, or the number for a code this table does not know."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error code {code}"

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from kafkalite.clock import Clock, MockClock
-from kafkalite.coordinator import Errors, GroupCoordinator
+from kafkalite.coordinator import GroupCoordinator
 from kafkalite.coordinator.consumer_protocol import decode_assignment, encode_assignment, encode_subscription
+from kafkalite.error_codes import ErrorCode
 from kafkalite.manager.log_manager import LogManager, ManagerConfig
 from kafkalite.protocol.api_keys import ApiKey
 from kafkalite.scheduler import MockScheduler
@@ -102,13 +103,13 @@ class SimConsumer:
             self.assignment = {}
             resp = await self.call(JOIN, self.version, self.join_body())
             err = resp["error_code"]
-            if err == Errors.MEMBER_ID_REQUIRED:
+            if err == ErrorCode.MEMBER_ID_REQUIRED:
                 self.member_id = resp["member_id"]
                 continue
-            if err == Errors.UNKNOWN_MEMBER_ID:
+            if err == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
                 continue
-            if err == Errors.REBALANCE_IN_PROGRESS:
+            if err == ErrorCode.REBALANCE_IN_PROGRESS:
                 continue
             assert err == 0, f"JoinGroup failed: {err}"
             self.joins += 1
@@ -122,10 +123,10 @@ class SimConsumer:
                 "group_id": self.group, "generation_id": self.generation, "member_id": self.member_id,
                 "group_instance_id": self.instance_id, "protocol_type": "consumer", "protocol_name": "range",
                 "assignments": assignments})
-            if sync["error_code"] == Errors.REBALANCE_IN_PROGRESS:
+            if sync["error_code"] == ErrorCode.REBALANCE_IN_PROGRESS:
                 continue
-            if sync["error_code"] in (Errors.UNKNOWN_MEMBER_ID, Errors.ILLEGAL_GENERATION):
-                self.member_id = "" if sync["error_code"] == Errors.UNKNOWN_MEMBER_ID else self.member_id
+            if sync["error_code"] in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
+                self.member_id = "" if sync["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID else self.member_id
                 continue
             assert sync["error_code"] == 0, f"SyncGroup failed: {sync['error_code']}"
             self.assignment = decode_assignment(sync["assignment"])
@@ -145,7 +146,7 @@ class SimConsumer:
             err = await self.heartbeat()
             if err:
                 self.errors.append(err)
-                if err == Errors.UNKNOWN_MEMBER_ID:
+                if err == ErrorCode.UNKNOWN_MEMBER_ID:
                     self.member_id = ""
                 await self.join_and_sync()
 

@@ -40,7 +40,6 @@ from kafkalite.security.session import Session
 
 log = logging.getLogger("kafkalite.broker.acls")
 
-E = ErrorCode
 Body = dict[str, Any]
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 CHANGE_EXPIRY_MS = 15 * 60 * 1000  # Kafka's changeExpirationMs: older ACL change notifications are deleted
@@ -149,13 +148,13 @@ class AclApis:
     # --- the APIs ---------------------------------------------------------------------------------------
 
     async def describe_acls(self, h: RequestHeader, body: Body, _session: Session) -> Body:
-        out: Body = {"throttle_time_ms": 0, "error_code": E.NONE, "error_message": None, "resources": []}
+        out: Body = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "resources": []}
         if self.authorizer is None:
-            return {**out, "error_code": E.SECURITY_DISABLED, "error_message": NO_AUTHORIZER}
+            return {**out, "error_code": ErrorCode.SECURITY_DISABLED, "error_message": NO_AUTHORIZER}
         try:
             flt = _filter(body)
         except InvalidRequestError as exc:
-            return {**out, "error_code": E.INVALID_REQUEST, "error_message": str(exc)}
+            return {**out, "error_code": ErrorCode.INVALID_REQUEST, "error_message": str(exc)}
         by_pattern: dict[ResourcePattern, list[Body]] = {}
         for b in self.authorizer.bindings(flt):
             by_pattern.setdefault(b.pattern, []).append(
@@ -183,9 +182,9 @@ class AclApis:
     async def create_acls(self, h: RequestHeader, body: Body, _session: Session) -> Body:
         creations = body.get("creations") or []
         if self.authorizer is None:
-            return {"throttle_time_ms": 0, "results": [{"error_code": E.SECURITY_DISABLED,
+            return {"throttle_time_ms": 0, "results": [{"error_code": ErrorCode.SECURITY_DISABLED,
                                                         "error_message": NO_AUTHORIZER} for _ in creations]}
-        results: list[Body] = [{"error_code": E.NONE, "error_message": None} for _ in creations]
+        results: list[Body] = [{"error_code": ErrorCode.NONE, "error_message": None} for _ in creations]
         wanted: dict[ResourcePattern, list[tuple[int, AclEntry]]] = {}
         for i, c in enumerate(creations):
             try:
@@ -197,7 +196,7 @@ class AclApis:
                 pattern.validate()
                 entry.validate()
             except InvalidRequestError as exc:
-                results[i] = {"error_code": E.INVALID_REQUEST, "error_message": str(exc)}
+                results[i] = {"error_code": ErrorCode.INVALID_REQUEST, "error_message": str(exc)}
                 continue
             wanted.setdefault(pattern, []).append((i, entry))
         for pattern, items in wanted.items():
@@ -207,31 +206,32 @@ class AclApis:
                 log.info("ACLs added for %s: %s", pattern, ", ".join(map(str, sorted(adding))))
             except KafkaliteError as exc:
                 for i, _e in items:
-                    results[i] = {"error_code": E.UNKNOWN_SERVER_ERROR, "error_message": str(exc)}
+                    results[i] = {"error_code": ErrorCode.UNKNOWN_SERVER_ERROR, "error_message": str(exc)}
         return {"throttle_time_ms": 0, "results": results}
 
     async def delete_acls(self, h: RequestHeader, body: Body, _session: Session) -> Body:
         filters = body.get("filters") or []
         if self.authorizer is None:
             return {"throttle_time_ms": 0, "filter_results": [
-                {"error_code": E.SECURITY_DISABLED, "error_message": NO_AUTHORIZER, "matching_acls": []}
+                {"error_code": ErrorCode.SECURITY_DISABLED, "error_message": NO_AUTHORIZER, "matching_acls": []}
                 for _ in filters]}
         results: list[Body] = []
         for f in filters:
             try:
                 flt = _filter(f)
             except InvalidRequestError as exc:
-                results.append({"error_code": E.INVALID_REQUEST, "error_message": str(exc), "matching_acls": []})
+                results.append({"error_code": ErrorCode.INVALID_REQUEST, "error_message": str(exc),
+                                "matching_acls": []})
                 continue
             deleted: list[Body] = []
             try:
                 # the patterns the filter names, from the cache; each one re-read and changed conditionally
                 for pattern in sorted({b.pattern for b in self.authorizer.bindings(flt)}):
                     before = await self._change(pattern, functools.partial(_without, flt))
-                    deleted += [{"error_code": E.NONE, "error_message": None, **_wire(AclBinding(pattern, e))}
+                    deleted += [{"error_code": ErrorCode.NONE, "error_message": None, **_wire(AclBinding(pattern, e))}
                                 for e in sorted(before) if flt.matches_entry(e)]
-                results.append({"error_code": E.NONE, "error_message": None, "matching_acls": deleted})
+                results.append({"error_code": ErrorCode.NONE, "error_message": None, "matching_acls": deleted})
             except KafkaliteError as exc:
-                results.append({"error_code": E.UNKNOWN_SERVER_ERROR, "error_message": str(exc),
+                results.append({"error_code": ErrorCode.UNKNOWN_SERVER_ERROR, "error_message": str(exc),
                                 "matching_acls": deleted})
         return {"throttle_time_ms": 0, "filter_results": results}

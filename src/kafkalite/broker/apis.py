@@ -26,6 +26,8 @@ from kafkalite.errors import (
     UnknownTopicOrPartitionError,
 )
 from kafkalite.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode, RequestHeader
+from kafkalite.protocol.config_resources import ConfigOp, ConfigResourceType
+from kafkalite.protocol.connection import CloseConnection
 from kafkalite.security.session import Session
 from kafkalite.storage.log import FetchIsolation
 from kafkalite.storage.log_config import CONFIGS_BY_NAME, LogConfig
@@ -35,17 +37,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kafkalite.broker.apis")
 
-E = ErrorCode  # Kafka's error codes, from the protocol layer's single table
 
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 CONFIG_TYPES = {"bool": 1, "str": 2, "int": 3, "long": 5, "double": 6, "list": 7}
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
-AUTHORIZED_OPS_OMITTED = -2147483648
 TRANSACTIONS_UNSUPPORTED = ("transactions are not supported by kafkalite (no transaction coordinator); "
                             "use an idempotent producer without transactional.id")
 KIP848_UNSUPPORTED = ("the consumer group protocol of KIP-848 (group.protocol=consumer) is not supported by "
@@ -55,10 +52,6 @@ Handler = Callable[[RequestHeader, dict[str, Any], Session], Awaitable[dict[str,
 # Answered while the broker is still starting: the controller's requests (in single-broker mode this broker's
 # own controller sends them during start-up) and ApiVersions; every other request waits for `ready`.
 STARTUP_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.STOP_REPLICA})
-
-
-class CloseConnection(Exception):
-    """The request asks the server to drop the connection (Kafka does so for a failed acks=0 produce)."""
 
 
 class KafkaApis:
@@ -131,16 +124,16 @@ class KafkaApis:
             name = body.get("client_software_name") or ""
             version = body.get("client_software_version") or ""
             if not (_SOFTWARE.match(name) and _SOFTWARE.match(version)):
-                return {"error_code": E.INVALID_REQUEST, "api_keys": keys, "throttle_time_ms": 0}
-        return {"error_code": E.NONE, "api_keys": keys, "throttle_time_ms": 0}
+                return {"error_code": ErrorCode.INVALID_REQUEST, "api_keys": keys, "throttle_time_ms": 0}
+        return {"error_code": ErrorCode.NONE, "api_keys": keys, "throttle_time_ms": 0}
 
     async def sasl_outside_sasl_listener(self, h: RequestHeader, body: dict[str, Any], session: Session
                                          ) -> dict[str, Any]:
         """SASL requests reach a handler only on a listener without SASL (a SASL_* listener's authenticator
         in broker/server.py answers them): Kafka answers ILLEGAL_SASL_STATE."""
         if h.api_key == ApiKey.SASL_HANDSHAKE:
-            return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": []}
-        return {"error_code": E.ILLEGAL_SASL_STATE, "auth_bytes": b"", "session_lifetime_ms": 0,
+            return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": []}
+        return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "auth_bytes": b"", "session_lifetime_ms": 0,
                 "error_message": f"SASL is not enabled on listener {session.listener} ({session.protocol})"}
 
     def _rack(self) -> str | None:
@@ -151,11 +144,13 @@ class KafkaApis:
     async def produce(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any] | None:
         acks = body.get("acks", -1)
         if h.api_version < 3:
-            refuse: int | None = E.UNSUPPORTED_VERSION  # Kafka 4 advertises v0-2 for old librdkafka but refuses them
+            # Kafka 4 advertises v0-2 for old librdkafka but refuses them
+            refuse: int | None = ErrorCode.UNSUPPORTED_VERSION
         elif acks not in (-1, 0, 1):
-            refuse = E.INVALID_REQUIRED_ACKS
+            refuse = ErrorCode.INVALID_REQUIRED_ACKS
         elif body.get("transactional_id") is not None:
-            refuse = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED  # transactions are not implemented (docs/design.md)
+            # transactions are not implemented (docs/design.md)
+            refuse = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         else:
             refuse = None
         responses = []
@@ -171,7 +166,7 @@ class KafkaApis:
                     entry = self.replicas.append(name, pd["index"], pd.get("records"), acks_all=acks == -1)
                     if "_required_offset" in entry:
                         waiting.append((name, entry))
-                failed |= entry["error_code"] != E.NONE
+                failed |= entry["error_code"] != ErrorCode.NONE
                 parts.append(entry)
             responses.append({"name": name, "partition_responses": parts})
         if waiting:  # acks=all and the followers have yet to replicate (DelayedProduce)
@@ -189,7 +184,7 @@ class KafkaApis:
         session_epoch = body.get("session_epoch", -1)
         if v >= 7 and session_epoch > 0:
             # Never created a session (we answer session_id 0), so an incremental fetch can't be ours.
-            return {"throttle_time_ms": 0, "error_code": E.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
+            return {"throttle_time_ms": 0, "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
                     "responses": []}
         del session_id
         isolation = FetchIsolation.TXN_COMMITTED if body.get("isolation_level", 0) == 1 else \
@@ -224,7 +219,7 @@ class KafkaApis:
             if r.diverging is not None:
                 entry["diverging_epoch"] = {"epoch": r.diverging[0], "end_offset": r.diverging[1]}
             responses[-1]["partitions"].append(entry)
-        return {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": responses}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
 
     async def list_offsets(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         replica = body.get("replica_id", -1) >= 0
@@ -266,12 +261,12 @@ class KafkaApis:
         if body.get("transactional_id") is not None:
             log.warning("Refused InitProducerId for transactional id %r: %s", body["transactional_id"],
                         TRANSACTIONS_UNSUPPORTED)
-            return {"throttle_time_ms": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1,
-                    "producer_epoch": -1}
+            return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "producer_id": -1, "producer_epoch": -1}
         # As Kafka's coordinator does for a null transactional id: always a fresh producer id, epoch 0
         # (an idempotent producer that must reset its sequences asks again and gets a new id).
-        return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": self.replicas.metadata.next_producer_id(),
-                "producer_epoch": 0}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+                "producer_id": self.replicas.metadata.next_producer_id(), "producer_epoch": 0}
 
     # --- topics -----------------------------------------------------------------------------------
 
@@ -303,17 +298,17 @@ class KafkaApis:
         for r in body.get("resources", []):
             rtype, rname = r["resource_type"], r["resource_name"]
             keys = r.get("configuration_keys")
-            res: dict[str, Any] = {"error_code": E.NONE, "error_message": None, "resource_type": rtype,
+            res: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None, "resource_type": rtype,
                                    "resource_name": rname, "configs": []}
-            if rtype == RESOURCE_TOPIC:
+            if rtype == ConfigResourceType.TOPIC:
                 if rname not in self.replicas.metadata.topics:
                     res.update(error_code=UnknownTopicOrPartitionError.error_code,
                                error_message=f"The topic '{rname}' does not exist.")
                 else:
                     res["configs"] = self._topic_config_entries(rname)
-            elif rtype == RESOURCE_BROKER:
+            elif rtype == ConfigResourceType.BROKER:
                 if rname not in ("", str(self.node_id)):
-                    res.update(error_code=E.INVALID_REQUEST, error_message=f"Unexpected broker id {rname}")
+                    res.update(error_code=ErrorCode.INVALID_REQUEST, error_message=f"Unexpected broker id {rname}")
                 else:
                     res["configs"] = [{"name": k, "value": None if hidden else v, "read_only": True,
                                        "config_source": SOURCE_DEFAULT if default else SOURCE_STATIC_BROKER,
@@ -322,7 +317,7 @@ class KafkaApis:
                                       for k, (v, default) in sorted(self.config.describe().items())
                                       for hidden in (is_sensitive(k),)]
             else:
-                res.update(error_code=E.INVALID_REQUEST, error_message=f"Unsupported resource type {rtype}")
+                res.update(error_code=ErrorCode.INVALID_REQUEST, error_message=f"Unsupported resource type {rtype}")
             if keys is not None:
                 res["configs"] = [c for c in res["configs"] if c["name"] in keys]
             results.append(res)
@@ -337,17 +332,17 @@ class KafkaApis:
             names = [c["name"] for c in r.get("configs", [])]
             if len(set(names)) != len(names):
                 raise InvalidRequestError(f"Duplicate config keys in the request for {rname}: {names}")
-            if rtype == RESOURCE_BROKER:
+            if rtype == ConfigResourceType.BROKER:
                 self._refuse_broker_configs(rname, names)
                 return
-            if rtype != RESOURCE_TOPIC:
+            if rtype != ConfigResourceType.TOPIC:
                 raise InvalidRequestError(f"Unsupported resource type {rtype}")
             if rname not in self.replicas.metadata.topics:
                 raise UnknownTopicOrPartitionError(f"The topic '{rname}' does not exist.")
             configs: dict[str, str] = {}
             for c in r.get("configs", []):
                 # a null value leaves the key at its default, as Kafka's legacy path does
-                op = OP_SET if c.get("value") is not None else OP_DELETE
+                op = ConfigOp.SET if c.get("value") is not None else ConfigOp.DELETE
                 configs = self._apply_config_op(configs, c["name"], op, c.get("value"))
             self.admin.alter_topic_configs(rname, configs, validate_only)
 
@@ -360,7 +355,7 @@ class KafkaApis:
         responses = []
         for r in body.get("resources", []):
             rtype, rname = r["resource_type"], r["resource_name"]
-            res: dict[str, Any] = {"error_code": E.NONE, "error_message": None, "resource_type": rtype,
+            res: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None, "resource_type": rtype,
                                    "resource_name": rname}
             try:
                 alter(rtype, rname, r)
@@ -383,7 +378,7 @@ class KafkaApis:
         validate_only = body.get("validate_only", False)
 
         def alter(rtype: int, rname: str, r: dict[str, Any]) -> None:
-            if rtype != RESOURCE_TOPIC:
+            if rtype != ConfigResourceType.TOPIC:
                 raise InvalidRequestError("kafkalite has no dynamic broker configs; change server.properties "
                                           "and restart")
             info = self.replicas.metadata.get(rname)
@@ -400,18 +395,18 @@ class KafkaApis:
         d = CONFIGS_BY_NAME.get(name)
         if d is None:
             raise InvalidConfigError(f"Unknown topic config name: {name}")
-        if op == OP_SET:
+        if op == ConfigOp.SET:
             if value is None:
                 raise InvalidConfigError(f"Null value not supported for: {name}")
             configs[name] = value
-        elif op == OP_DELETE:
+        elif op == ConfigOp.DELETE:
             configs.pop(name, None)
-        elif op in (OP_APPEND, OP_SUBTRACT):
+        elif op in (ConfigOp.APPEND, ConfigOp.SUBTRACT):
             if d.kind != "list":
                 raise InvalidConfigError(f"Config value append is not allowed for config key: {name}")
             current = [p for p in (configs.get(name) or ",".join(sorted(d.default))).split(",") if p]
             items = [p.strip() for p in (value or "").split(",") if p.strip()]
-            if op == OP_APPEND:
+            if op == ConfigOp.APPEND:
                 current += [i for i in items if i not in current]
             else:
                 current = [c for c in current if c not in items]
@@ -443,10 +438,10 @@ class KafkaApis:
         results = []
         for d in self.replicas.logs.dirs:
             path = str(d.path)
-            res: dict[str, Any] = {"error_code": E.NONE, "log_dir": path, "topics": [], "total_bytes": -1,
+            res: dict[str, Any] = {"error_code": ErrorCode.NONE, "log_dir": path, "topics": [], "total_bytes": -1,
                                    "usable_bytes": -1}
             if d.offline:
-                res["error_code"] = E.KAFKA_STORAGE_ERROR
+                res["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
             else:
                 try:
                     usage = shutil.disk_usage(path)
@@ -456,7 +451,7 @@ class KafkaApis:
                 res["topics"] = [{"name": t, "partitions": sorted(ps, key=lambda p: p["partition_index"])}
                                  for t, ps in sorted(by_dir.get(path, {}).items())]
             results.append(res)
-        return {"throttle_time_ms": 0, "error_code": E.NONE, "results": results}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results": results}
 
     # --- groups -----------------------------------------------------------------------------------
 
@@ -467,13 +462,13 @@ class KafkaApis:
             if key_type == 1:
                 # non-retriable: confluent-kafka, kafka-python, aiokafka and kafkajs fail at once on 53, while
                 # they retry COORDINATOR_NOT_AVAILABLE until their timeouts (librdkafka also on 35 and 42)
-                return {"key": key, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "node_id": -1, "host": "",
-                        "port": -1, "error_message": TRANSACTIONS_UNSUPPORTED}
+                return {"key": key, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "node_id": -1,
+                        "host": "", "port": -1, "error_message": TRANSACTIONS_UNSUPPORTED}
             if key_type != 0:
-                return {"key": key, "error_code": E.INVALID_REQUEST, "node_id": -1, "host": "", "port": -1,
+                return {"key": key, "error_code": ErrorCode.INVALID_REQUEST, "node_id": -1, "host": "", "port": -1,
                         "error_message": f"Unknown coordinator type {key_type}: kafkalite coordinates only "
                                          "consumer groups"}
-            return {"key": key, "error_code": E.NONE, "node_id": self.node_id, "host": host, "port": port,
+            return {"key": key, "error_code": ErrorCode.NONE, "node_id": self.node_id, "host": host, "port": port,
                     "error_message": None}
 
         key_type = body.get("key_type", 0)
@@ -495,7 +490,7 @@ class KafkaApis:
         UNSUPPORTED_VERSION, librdkafka raises a fatal error at once (tests/test_protocol_gaps.py)."""
         log.warning("Refused ConsumerGroupHeartbeat for group %r from %s (client %s): %s", body.get("group_id"),
                     session.host, h.client_id, KIP848_UNSUPPORTED)
-        return {"throttle_time_ms": 0, "error_code": E.UNSUPPORTED_VERSION, "error_message": KIP848_UNSUPPORTED,
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.UNSUPPORTED_VERSION, "error_message": KIP848_UNSUPPORTED,
                 "member_id": None, "member_epoch": -1, "heartbeat_interval_ms": 0, "assignment": None}
 
     async def group_request(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:

@@ -18,22 +18,20 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kafkalite.broker.apis import CloseConnection
 from kafkalite.cluster.channel import SELF_CLIENT_ID
 from kafkalite.coordinator.coordinator import error_response
 from kafkalite.protocol import ApiKey, ErrorCode, RequestHeader
-from kafkalite.security.acl import CLUSTER_NAME, AclAuthorizer, AclOperation, ResourceType
+from kafkalite.protocol.config_resources import ConfigResourceType
+from kafkalite.protocol.connection import CloseConnection
+from kafkalite.security.acl import AUTHORIZED_OPS_OMITTED, CLUSTER_NAME, AclAuthorizer, AclOperation, ResourceType
 from kafkalite.security.session import Session
 
 log = logging.getLogger("kafkalite.broker.authz")
 
-E = ErrorCode
 Op = AclOperation
 RT = ResourceType
 Body = dict[str, Any]
 Handler = Callable[[RequestHeader, Body, Session], Awaitable[Any]]
-AUTHORIZED_OPS_OMITTED = -2147483648
-RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER = 2, 4, 8
 # Served to anyone: before authentication (ApiVersions, SASL) or refused for everyone anyway (KIP-848).
 UNCHECKED = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
                        ApiKey.CONSUMER_GROUP_HEARTBEAT})
@@ -121,14 +119,14 @@ def authorized_operations(c: Check, rtype: ResourceType, name: str, ops: tuple[A
 
 
 def _why(code: int) -> str:
-    return {int(E.TOPIC_AUTHORIZATION_FAILED): "Authorization failed.",
-            E.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
-            E.GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
-            E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "Transactional Id authorization failed."}.get(code, "")
+    return {int(ErrorCode.TOPIC_AUTHORIZATION_FAILED): "Authorization failed.",
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
+            ErrorCode.GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "Transactional Id authorization failed."}.get(code, "")
 
 
 async def _per_topic(h: RequestHeader, body: Body, session: Session, handler: Handler, spec: TopicSpec,
-                     allowed: Callable[[str], bool], empty: Body, code: int = E.TOPIC_AUTHORIZATION_FAILED,
+                     allowed: Callable[[str], bool], empty: Body, code: int = ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                      acks_zero: bool = False) -> Any:
     """The handler's answer for the authorized topics, with the refused ones answered `code`."""
     kept: list[Any] = []
@@ -156,7 +154,7 @@ async def _produce(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body
     empty = {"responses": [], "throttle_time_ms": 0}
     if tid is not None and not c(Op.WRITE, RT.TRANSACTIONAL_ID, tid):
         return await _per_topic(h, body, c.session, handler, PRODUCE, lambda _n: False, empty,
-                                E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, acks_zero)
+                                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, acks_zero)
     return await _per_topic(h, body, c.session, handler, PRODUCE, lambda n: c.topic(Op.WRITE, n), empty,
                             acks_zero=acks_zero)
 
@@ -167,7 +165,7 @@ def _replica_id(body: Body) -> int:
 
 
 async def _fetch(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, handler: Handler) -> Any:
-    empty = {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": []}
+    empty = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": []}
     if _replica_id(body) >= 0:  # a follower: CLUSTER_ACTION, else every partition TOPIC_AUTHORIZATION_FAILED
         ok = c.cluster(Op.CLUSTER_ACTION)
         return await _per_topic(h, body, c.session, handler, FETCH, lambda _n: ok, empty)
@@ -233,11 +231,11 @@ def _config_resources(op: AclOperation, response_key: str, with_configs: bool) -
 
     def code_of(c: Check, r: Body) -> int:
         rtype = r["resource_type"]
-        if rtype == RESOURCE_TOPIC:
-            return E.NONE if c.topic(op, r["resource_name"]) else E.TOPIC_AUTHORIZATION_FAILED
-        if rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
-            return E.NONE if c.cluster(op) else E.CLUSTER_AUTHORIZATION_FAILED
-        return E.NONE  # other types: the handler refuses them
+        if rtype == ConfigResourceType.TOPIC:
+            return ErrorCode.NONE if c.topic(op, r["resource_name"]) else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        if rtype in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER):
+            return ErrorCode.NONE if c.cluster(op) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return ErrorCode.NONE  # other types: the handler refuses them
 
     async def gate(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, handler: Handler) -> Any:
         resources = body.get("resources") or []
@@ -267,7 +265,7 @@ def _on_cluster(op: AclOperation, refused: Callable[[RequestHeader, Body], Body]
     return gate
 
 
-CODE = E.CLUSTER_AUTHORIZATION_FAILED
+CODE = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
 
 def _elect_refused(h: RequestHeader, body: Body) -> Body:
@@ -280,10 +278,10 @@ def _elect_refused(h: RequestHeader, body: Body) -> Body:
 async def _init_producer_id(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, handler: Handler) -> Any:
     tid = body.get("transactional_id")
     if tid is not None:
-        ok, code = c(Op.WRITE, RT.TRANSACTIONAL_ID, tid), E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        ok, code = c(Op.WRITE, RT.TRANSACTIONAL_ID, tid), ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     else:  # Kafka 3+: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic
         ok = c.cluster(Op.IDEMPOTENT_WRITE) or c.authorizer.authorize_any(c.session, Op.WRITE, RT.TOPIC)
-        code = E.CLUSTER_AUTHORIZATION_FAILED
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     if ok:
         return await handler(h, body, c.session)
     return {"throttle_time_ms": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
@@ -291,8 +289,8 @@ async def _init_producer_id(ra: RequestAuthorizer, c: Check, h: RequestHeader, b
 
 async def _find_coordinator(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, handler: Handler) -> Any:
     key_type = body.get("key_type", 0)
-    rtype, code = (RT.TRANSACTIONAL_ID, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) if key_type == 1 else \
-        (RT.GROUP, E.GROUP_AUTHORIZATION_FAILED)
+    rtype, code = (RT.TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) if key_type == 1 else \
+        (RT.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 
     def refused(key: str) -> Body:
         return {"key": key, "error_code": code, "error_message": _why(code), "node_id": -1, "host": "", "port": -1}
@@ -321,12 +319,12 @@ def _group_read(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, h
 async def _one_group(c: Check, h: RequestHeader, body: Body, handler: Handler, op: AclOperation) -> Any:
     if c.group(op, body.get("group_id") or ""):
         return await handler(h, body, c.session)
-    return error_response(h.api_key, h.api_version, body, E.GROUP_AUTHORIZATION_FAILED)
+    return error_response(h.api_key, h.api_version, body, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 
 
 async def _offset_commit(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, handler: Handler) -> Any:
     if not c.group(Op.READ, body.get("group_id") or ""):
-        return error_response(h.api_key, h.api_version, body, E.GROUP_AUTHORIZATION_FAILED)
+        return error_response(h.api_key, h.api_version, body, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     return await _per_topic(h, body, c.session, handler, OFFSET_COMMIT, lambda n: c.topic(Op.READ, n),
                             {"throttle_time_ms": 0, "topics": []})
 
@@ -340,7 +338,7 @@ def _filter_fetched(c: Check, topics: list[Body], requested: bool) -> list[Body]
             out.append(t)
         elif requested:
             out.append({**t, "partitions": [{**p, "committed_offset": -1, "committed_leader_epoch": -1,
-                                             "metadata": None, "error_code": E.TOPIC_AUTHORIZATION_FAILED}
+                                             "metadata": None, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
                                             for p in t.get("partitions") or []]})
     return out
 
@@ -348,7 +346,7 @@ def _filter_fetched(c: Check, topics: list[Body], requested: bool) -> list[Body]
 async def _offset_fetch(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, handler: Handler) -> Any:
     if h.api_version < 8:
         if not c.group(Op.DESCRIBE, body.get("group_id") or ""):
-            return error_response(h.api_key, h.api_version, body, E.GROUP_AUTHORIZATION_FAILED)
+            return error_response(h.api_key, h.api_version, body, ErrorCode.GROUP_AUTHORIZATION_FAILED)
         single: Body = await handler(h, body, c.session)
         single["topics"] = _filter_fetched(c, single.get("topics") or [], body.get("topics") is not None)
         return single
@@ -360,7 +358,7 @@ async def _offset_fetch(ra: RequestAuthorizer, c: Check, h: RequestHeader, body:
     for g in out.get("groups") or []:
         g["topics"] = _filter_fetched(c, g.get("topics") or [], asked.get(g["group_id"], False))
     out["groups"] = list(out.get("groups") or []) + [
-        {"group_id": g["group_id"], "topics": [], "error_code": E.GROUP_AUTHORIZATION_FAILED}
+        {"group_id": g["group_id"], "topics": [], "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
         for g in groups if g not in kept]
     return out
 
@@ -373,15 +371,15 @@ async def _describe_groups(ra: RequestAuthorizer, c: Check, h: RequestHeader, bo
     described = [dict(g) for g in out.get("groups") or []]
     if body.get("include_authorized_operations"):
         for g in described:
-            if g.get("error_code", 0) == E.NONE:
+            if g.get("error_code", 0) == ErrorCode.NONE:
                 g["authorized_operations"] = authorized_operations(c, RT.GROUP, g["group_id"], GROUP_OPERATIONS)
     out["groups"] = described + [_group_refused(g) for g in groups if g not in kept]
     return out
 
 
 def _group_refused(group: str) -> Body:
-    return {"error_code": E.GROUP_AUTHORIZATION_FAILED, "group_id": group, "group_state": "", "protocol_type": "",
-            "protocol_data": "", "members": [], "authorized_operations": AUTHORIZED_OPS_OMITTED}
+    return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "group_id": group, "group_state": "",
+            "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": AUTHORIZED_OPS_OMITTED}
 
 
 async def _list_groups(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, handler: Handler) -> Any:
@@ -394,14 +392,14 @@ async def _list_groups(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: 
 async def _delete_groups(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, handler: Handler) -> Any:
     spec = TopicSpec("groups_names", lambda g: g, "results", lambda g, code: {"group_id": g, "error_code": code})
     return await _per_topic(h, body, c.session, handler, spec, lambda g: c.group(Op.DELETE, g),
-                            {"throttle_time_ms": 0, "results": []}, E.GROUP_AUTHORIZATION_FAILED)
+                            {"throttle_time_ms": 0, "results": []}, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 
 
 async def _offset_delete(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Body, handler: Handler) -> Any:
     """DELETE on the group, then READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions), as Kafka's
     handleDeleteOffsetsRequest."""
     if not c.group(Op.DELETE, body.get("group_id") or ""):
-        return error_response(h.api_key, h.api_version, body, E.GROUP_AUTHORIZATION_FAILED)
+        return error_response(h.api_key, h.api_version, body, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     return await _per_topic(h, body, c.session, handler, OFFSET_COMMIT, lambda n: c.topic(Op.READ, n),  # same shape
                             {"error_code": 0, "throttle_time_ms": 0, "topics": []})
 
@@ -438,13 +436,14 @@ async def _metadata(ra: RequestAuthorizer, c: Check, h: RequestHeader, body: Bod
     shown = [dict(t) for t in out.get("topics") or [] if visible(t)]
     if body.get("include_topic_authorized_operations"):
         for t in shown:
-            if t.get("name") and t.get("error_code", 0) == E.NONE:
+            if t.get("name") and t.get("error_code", 0) == ErrorCode.NONE:
                 t["topic_authorized_operations"] = authorized_operations(c, RT.TOPIC, t["name"], TOPIC_OPERATIONS)
     if body.get("include_cluster_authorized_operations"):
         out["cluster_authorized_operations"] = authorized_operations(c, RT.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)
     out["topics"] = shown + [
-        {"error_code": E.TOPIC_AUTHORIZATION_FAILED, "name": n, "topic_id": uuid.UUID(int=0), "is_internal": False,
-         "partitions": [], "topic_authorized_operations": AUTHORIZED_OPS_OMITTED} for n in refused]
+        {"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": n, "topic_id": uuid.UUID(int=0),
+         "is_internal": False, "partitions": [], "topic_authorized_operations": AUTHORIZED_OPS_OMITTED}
+        for n in refused]
     return out
 
 

@@ -31,10 +31,9 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from kafkalite.broker.acl_apis import AclApis
-from kafkalite.broker.apis import CloseConnection, KafkaApis
+from kafkalite.broker.apis import KafkaApis
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import INTERNAL_TOPICS, ensure_log_topic_id, validate_topic_name
-from kafkalite.broker.partition import Partition
 from kafkalite.broker.reassignment_apis import ReassignmentApis
 from kafkalite.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from kafkalite.broker.replica_manager import ReplicaManager, error_code_of
@@ -46,9 +45,8 @@ from kafkalite.cluster.channel import request_once
 from kafkalite.cluster.controller import LEADER_DURING_DELETE, Controller, ControllerSettings, TopicPartition
 from kafkalite.cluster.metadata_cache import MetadataCache
 from kafkalite.cluster.store import ClusterStore
-from kafkalite.coordinator.config import coordinator_key_partition
+from kafkalite.coordinator.config import OFFSETS_TOPIC, coordinator_key_partition
 from kafkalite.coordinator.coordinator import GROUP_API_KEYS, error_response, request_groups
-from kafkalite.coordinator.errors import Errors
 from kafkalite.errors import (
     InvalidPartitionsError,
     InvalidReplicationAssignmentError,
@@ -63,17 +61,16 @@ from kafkalite.errors import (
     UnknownTopicOrPartitionError,
 )
 from kafkalite.protocol import ApiKey, ErrorCode, PreEncoded, RequestHeader, encode_response_body
+from kafkalite.protocol.config_resources import ConfigOp, ConfigResourceType
+from kafkalite.protocol.connection import CloseConnection
+from kafkalite.replication.partition import Partition
+from kafkalite.security.acl import AUTHORIZED_OPS_OMITTED
 from kafkalite.security.session import Session
 from kafkalite.security.transport import ClientSecurity
 
 log = logging.getLogger("kafkalite.broker.cluster")
 
-E = ErrorCode
 Handler = Callable[[RequestHeader, dict[str, Any], Session], Awaitable[dict[str, Any] | None]]
-AUTHORIZED_OPS_OMITTED = -2147483648
-OFFSETS_TOPIC = "__consumer_offsets"
-RESOURCE_TOPIC = 2
-OP_SET, OP_DELETE = 0, 1
 WAIT_STEP_S = 0.05
 METADATA_ANSWERS_KEPT = 256  # distinct Metadata questions whose encoded answers are kept
 AUTO_CREATE_WAIT_MS = 1000  # how long a Metadata request that auto-creates a topic waits for its leaders
@@ -313,7 +310,7 @@ class ClusterNode:
                         "includes broker %d (it was moved away while this broker was down, so no StopReplica "
                         "reached it)", topic, p, self.node_id)
             await self._stop(topic, p, -1, delete=True)
-        return {"error_code": E.NONE}
+        return {"error_code": ErrorCode.NONE}
 
     def _strays(self, body: dict[str, Any]) -> list[TopicPartition]:
         """Local replicas of partitions whose replicas, as this UpdateMetadata says, leave this broker out: a
@@ -350,7 +347,7 @@ class ClusterNode:
                       for s, code in zip(states, codes, strict=True)]
             flat_out += errors
             topics_out.append({"topic_id": topic_id or uuid.UUID(int=0), "partition_errors": errors})
-        return {"error_code": E.NONE, "partition_errors": flat_out, "topics": topics_out}
+        return {"error_code": ErrorCode.NONE, "partition_errors": flat_out, "topics": topics_out}
 
     async def _create_missing_logs(self, grouped: list[tuple[str, Any, list[dict[str, Any]]]]) -> None:
         """New partitions of a LeaderAndIsr (a topic creation: thousands, perhaps) get their logs in chunks on
@@ -380,7 +377,7 @@ class ClusterNode:
         accepted: list[int] = []  # indexes into states
         for i, s in enumerate(states):
             code = self._check_become(topic, topic_id, s)
-            codes.append(E.NONE if code is None else code)
+            codes.append(ErrorCode.NONE if code is None else code)
             if code is None:
                 accepted.append(i)
         if not accepted:
@@ -410,16 +407,16 @@ class ClusterNode:
         """The error of a partition state this broker must not apply, None to apply it."""
         p = s["partition_index"]
         if self.node_id not in s["replicas"]:
-            return E.UNKNOWN_TOPIC_OR_PARTITION
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if s["leader_epoch"] <= self._local_epoch(topic, p):
-            return E.STALE_CONTROLLER_EPOCH
+            return ErrorCode.STALE_CONTROLLER_EPOCH
         info = self.replicas.metadata.get(topic)
         if info is not None and topic_id is not None and topic_id.int and info.topic_id != topic_id:
             if not any(t == topic for t, _p in self.replicas.partitions) and \
                     not any(lg.topic == topic for lg in self.replicas.logs.all_logs()):
                 self.replicas.metadata.remove(topic)  # a stale registration without logs: a recreated topic
             else:
-                return E.INCONSISTENT_TOPIC_ID
+                return ErrorCode.INCONSISTENT_TOPIC_ID
         return None
 
     def _ensure_each(self, topic: str, topic_id: uuid.UUID | None, configs: dict[str, str],
@@ -437,7 +434,7 @@ class ClusterNode:
         p = s["partition_index"]
         if failed is not None:
             log.error("Cannot host %s-%d: %s", topic, p, failed)
-            code = error_code_of(failed) if isinstance(failed, KafkaliteError) else E.KAFKA_STORAGE_ERROR
+            code = error_code_of(failed) if isinstance(failed, KafkaliteError) else ErrorCode.KAFKA_STORAGE_ERROR
             self.local_failures[(topic, p)] = (code, f"{topic}-{p}: {failed}")
             if topic == OFFSETS_TOPIC and self.offsets_leadership is not None:
                 self.offsets_leadership.on_resignation(p, s["leader_epoch"])
@@ -448,7 +445,7 @@ class ClusterNode:
                 self.offsets_leadership.on_election(p, s["leader_epoch"])
             else:
                 self.offsets_leadership.on_resignation(p, s["leader_epoch"])
-        return E.NONE
+        return ErrorCode.NONE
 
     def _ensure_local(self, topic: str, topic_id: uuid.UUID | None, p: int, configs: dict[str, str]
                       ) -> Partition:
@@ -502,11 +499,11 @@ class ClusterNode:
         for topic, p, epoch, delete in wanted:
             ours = self._local_epoch(topic, p)
             if epoch >= 0 and epoch <= ours:
-                errors.append({"topic_name": topic, "partition_index": p, "error_code": E.FENCED_LEADER_EPOCH})
+                errors.append({"topic_name": topic, "partition_index": p, "error_code": ErrorCode.FENCED_LEADER_EPOCH})
                 continue
             await self._stop(topic, p, epoch, delete)
-            errors.append({"topic_name": topic, "partition_index": p, "error_code": E.NONE})
-        return {"error_code": E.NONE, "partition_errors": errors}
+            errors.append({"topic_name": topic, "partition_index": p, "error_code": ErrorCode.NONE})
+        return {"error_code": ErrorCode.NONE, "partition_errors": errors}
 
     async def _stop(self, topic: str, p: int, epoch: int, delete: bool) -> None:
         """Stop replicating a partition here (no more fetching, no more serving) and, with `delete`, remove it."""
@@ -533,8 +530,8 @@ class ClusterNode:
             log.info("ControlledShutdown of broker %d refused: %s", body["broker_id"], exc)
             return {"error_code": exc.error_code, "remaining_partitions": []}
         except TimeoutError:
-            return {"error_code": E.REQUEST_TIMED_OUT, "remaining_partitions": []}
-        return {"error_code": E.NONE,
+            return {"error_code": ErrorCode.REQUEST_TIMED_OUT, "remaining_partitions": []}
+        return {"error_code": ErrorCode.NONE,
                 "remaining_partitions": [{"topic_name": t, "partition_index": p} for t, p in remaining]}
 
     async def elect_leaders(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
@@ -551,27 +548,27 @@ class ClusterNode:
         timeout_s = max(body.get("timeout_ms", 60000), 0) / 1000
         results: dict[TopicPartition, tuple[int, str | None, int]]
         if election_type not in (0, 1):
-            results = {tp: (E.INVALID_REQUEST, f"unknown election type {election_type}", -1) for tp in wanted}
+            results = {tp: (ErrorCode.INVALID_REQUEST, f"unknown election type {election_type}", -1) for tp in wanted}
         else:
             try:
                 results = await self.controller.elect_leaders(election_type, wanted, timeout_s)
             except KafkaliteError as exc:
                 results = {tp: (exc.error_code, None, -1) for tp in wanted}
             except TimeoutError:
-                results = {tp: (E.REQUEST_TIMED_OUT, None, -1) for tp in wanted}
+                results = {tp: (ErrorCode.REQUEST_TIMED_OUT, None, -1) for tp in wanted}
         await self._await_leaders(results, timeout_s)
         if requested is None:
-            results = {tp: r for tp, r in results.items() if r[0] != E.ELECTION_NOT_NEEDED}
+            results = {tp: r for tp, r in results.items() if r[0] != ErrorCode.ELECTION_NOT_NEEDED}
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (t, p), (code, message, _leader) in results.items():
             by_topic.setdefault(t, []).append({"partition_id": p, "error_code": code, "error_message": message})
-        return {"throttle_time_ms": 0, "error_code": E.NONE,
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
                 "replica_election_results": [{"topic": t, "partition_result": ps} for t, ps in by_topic.items()]}
 
     async def _await_leaders(self, results: dict[TopicPartition, tuple[int, str | None, int]],
                              timeout_s: float) -> None:
         """Kafka's DelayedElectLeader: wait until the metadata cache shows each elected leader."""
-        pending = {tp: r[2] for tp, r in results.items() if r[0] == E.NONE}
+        pending = {tp: r[2] for tp, r in results.items() if r[0] == ErrorCode.NONE}
         deadline = time.monotonic() + timeout_s
         while pending:
             pending = {tp: b for tp, b in pending.items() if self.cache.leader(*tp) != b}
@@ -579,7 +576,7 @@ class ClusterNode:
                 break
             await asyncio.sleep(WAIT_STEP_S)
         for tp in pending:
-            results[tp] = (E.REQUEST_TIMED_OUT, "the new leader was not known to this broker in time", -1)
+            results[tp] = (ErrorCode.REQUEST_TIMED_OUT, "the new leader was not known to this broker in time", -1)
 
     async def controlled_shutdown(self) -> None:
         """Kafka's KafkaServer.controlledShutdown, run when the broker is asked to stop (SIGTERM): while still
@@ -611,9 +608,9 @@ class ClusterNode:
                                                 security=self.security)
                     took_ms = (time.monotonic() - started) * 1000
                     remaining = [f"{r['topic_name']}-{r['partition_index']}" for r in answer["remaining_partitions"]]
-                    if answer["error_code"] != E.NONE:
+                    if answer["error_code"] != ErrorCode.NONE:
                         log.info("Controlled shutdown request returned after %.0f ms with error %s", took_ms,
-                                 E(answer["error_code"]).name)
+                                 ErrorCode(answer["error_code"]).name)
                     elif not remaining:
                         succeeded = True
                         log.info("Controlled shutdown request returned successfully after %.0f ms", took_ms)
@@ -652,7 +649,7 @@ class ClusterNode:
             return hit
         out = await self._metadata(h, body, session.listener)
         if self._metadata_seen == self.cache.updates and not self._auto_created and \
-                all(t["error_code"] == E.NONE for t in out["topics"]):
+                all(t["error_code"] == ErrorCode.NONE for t in out["topics"]):
             if len(self._metadata_answers) >= METADATA_ANSWERS_KEPT:
                 self._metadata_answers.clear()
             self._metadata_answers[key] = encode_response_body(ApiKey.METADATA, h.api_version, out)
@@ -674,21 +671,21 @@ class ClusterNode:
             if name is None:
                 name = cache.by_id(topic_id) if topic_id else None
                 if name is None:
-                    topics.append({"error_code": E.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id,
+                    topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id,
                                    "partitions": []})
                     continue
             topics.append(await self._topic_metadata(name, auto))
         return {"throttle_time_ms": 0, "cluster_id": self.apis.cluster_id(), "controller_id": cache.controller_id,
                 "brokers": [{"node_id": b, "host": host, "port": port, "rack": rack}
                             for b, host, port, rack in self._brokers_on(listener)],
-                "topics": topics, "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED, "error_code": E.NONE}
+                "topics": topics, "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED, "error_code": ErrorCode.NONE}
 
     async def _topic_metadata(self, name: str, auto_create: bool) -> dict[str, Any]:
         cached = self.cache.topics.get(name)
         empty = {"name": name, "topic_id": uuid.UUID(int=0), "is_internal": name in INTERNAL_TOPICS, "partitions": []}
         if cached is None:
             if not auto_create:
-                return {**empty, "error_code": E.UNKNOWN_TOPIC_OR_PARTITION}
+                return {**empty, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
             self._auto_created = True
             try:
                 validate_topic_name(name)
@@ -701,17 +698,19 @@ class ClusterNode:
             # Kafka answers LEADER_NOT_AVAILABLE at once (so does a cluster here); a single broker, its own
             # controller, waits a moment for the leaders so its first Metadata shows the topic, as it always did
             if not await self._wait_for(lambda: name in self.cache.topics, AUTO_CREATE_WAIT_MS if self.single else 0):
-                return {**empty, "error_code": E.LEADER_NOT_AVAILABLE}
+                return {**empty, "error_code": ErrorCode.LEADER_NOT_AVAILABLE}
             return await self._topic_metadata(name, False)
         parts = []
         for p, s in sorted(cached.partitions.items()):
             leader = self.cache.leader(name, p)
-            parts.append({"error_code": E.NONE if leader >= 0 else E.LEADER_NOT_AVAILABLE, "partition_index": p,
+            parts.append({"error_code": ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                          "partition_index": p,
                           "leader_id": leader, "leader_epoch": s.leader_epoch, "replica_nodes": list(s.replicas),
                           "isr_nodes": list(s.isr),
                           "offline_replicas": [b for b in s.replicas if b not in self.cache.brokers]})
-        return {"error_code": E.NONE, "name": name, "topic_id": cached.topic_id, "is_internal": name in INTERNAL_TOPICS,
-                "partitions": parts, "topic_authorized_operations": AUTHORIZED_OPS_OMITTED}
+        return {"error_code": ErrorCode.NONE, "name": name, "topic_id": cached.topic_id,
+                "is_internal": name in INTERNAL_TOPICS, "partitions": parts,
+                "topic_authorized_operations": AUTHORIZED_OPS_OMITTED}
 
     def _brokers_on(self, listener: str) -> list[tuple[int, str, int, str | None]]:
         """(id, host, port, rack) of each live broker on `listener`; brokers without it are left out (Kafka)."""
@@ -723,13 +722,13 @@ class ClusterNode:
         return out
 
     async def describe_cluster(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:
-        out = {"throttle_time_ms": 0, "error_code": E.NONE, "error_message": None, "endpoint_type": 1,
+        out = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "endpoint_type": 1,
                "cluster_id": self.apis.cluster_id(), "controller_id": self.cache.controller_id,
                "brokers": [{"broker_id": b, "host": host, "port": port, "rack": rack}
                            for b, host, port, rack in self._brokers_on(session.listener)],
                "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED}
         if body.get("endpoint_type", 1) != 1:
-            out.update(error_code=E.UNSUPPORTED_ENDPOINT_TYPE, brokers=[],
+            out.update(error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, brokers=[],
                        error_message="kafkalite has no separate controller endpoints")
         return out
 
@@ -808,7 +807,7 @@ class ClusterNode:
         local = 0  # new replicas on this broker so far in this request
         for t in requested:
             name = t["name"]
-            res: dict[str, Any] = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": E.NONE,
+            res: dict[str, Any] = {"name": name, "topic_id": uuid.UUID(int=0), "error_code": ErrorCode.NONE,
                                    "error_message": None, "num_partitions": -1, "replication_factor": -1,
                                    "configs": []}
             try:
@@ -845,13 +844,13 @@ class ClusterNode:
             if not await self._wait_for(ready, timeout_ms):
                 for res in results:
                     if any(a.topic == res["name"] for a in created) and res["name"] not in self.cache.topics:
-                        res.update(error_code=E.REQUEST_TIMED_OUT, error_message="The topic was created in "
+                        res.update(error_code=ErrorCode.REQUEST_TIMED_OUT, error_message="The topic was created in "
                                    "the cluster store but its leaders were not known within timeout_ms")
             self._report_local_failures(results, {a.topic: range(len(a.partitions)) for a in created})
         # A topic another request is creating exists (TOPIC_ALREADY_EXISTS) before this broker's metadata
         # lists it; answering once it does spares the client a Metadata that says UNKNOWN_TOPIC_OR_PARTITION
         # (several writers of a Spark job create their topic at once).
-        pending = [r["name"] for r in results if r["error_code"] == E.TOPIC_ALREADY_EXISTS
+        pending = [r["name"] for r in results if r["error_code"] == ErrorCode.TOPIC_ALREADY_EXISTS
                    and r["name"] not in self.cache.topics]
         if pending:
             await self._wait_for(lambda: all(n in self.cache.topics for n in pending), timeout_ms)
@@ -862,7 +861,7 @@ class ClusterNode:
         that made it, as a single broker always did; the topic stays, that partition without a leader here."""
         for res in results:
             name = res["name"]
-            if res["error_code"] != E.NONE or name not in partitions:
+            if res["error_code"] != ErrorCode.NONE or name not in partitions:
                 continue
             failed = [self.local_failures[(name, p)] for p in partitions[name] if (name, p) in self.local_failures]
             if failed:
@@ -877,17 +876,18 @@ class ClusterNode:
         results = []
         deleting = []
         for name, topic_id in wanted:
-            res: dict[str, Any] = {"name": name, "topic_id": topic_id or uuid.UUID(int=0), "error_code": E.NONE,
+            res: dict[str, Any] = {"name": name, "topic_id": topic_id or uuid.UUID(int=0), "error_code": ErrorCode.NONE,
                                    "error_message": None}
             try:
                 if not self.config.get("delete.topic.enable"):
-                    res.update(error_code=E.TOPIC_DELETION_DISABLED, error_message="Topic deletion is disabled.")
+                    res.update(error_code=ErrorCode.TOPIC_DELETION_DISABLED,
+                               error_message="Topic deletion is disabled.")
                     results.append(res)
                     continue
                 if name is None:
                     name = self.cache.by_id(topic_id) if topic_id else None
                     if name is None:
-                        res.update(error_code=E.UNKNOWN_TOPIC_ID,
+                        res.update(error_code=ErrorCode.UNKNOWN_TOPIC_ID,
                                    error_message="This server does not host this topic ID.")
                         results.append(res)
                         continue
@@ -907,8 +907,8 @@ class ClusterNode:
                                                  body.get("timeout_ms", 30000)):
             for res in results:
                 if res["name"] in deleting and res["name"] in self.cache.topics:
-                    res.update(error_code=E.REQUEST_TIMED_OUT, error_message="Deletion was requested but not yet "
-                               "completed within timeout_ms")
+                    res.update(error_code=ErrorCode.REQUEST_TIMED_OUT,
+                               error_message="Deletion was requested but not yet completed within timeout_ms")
         return {"throttle_time_ms": 0, "responses": results}
 
     async def create_partitions(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
@@ -926,7 +926,7 @@ class ClusterNode:
                 for t in body.get("topics", [])]}
         for t in body.get("topics", []):
             name, count = t["name"], t["count"]
-            res: dict[str, Any] = {"name": name, "error_code": E.NONE, "error_message": None}
+            res: dict[str, Any] = {"name": name, "error_code": ErrorCode.NONE, "error_message": None}
             try:
                 a = await self.store.topic_assignment(name)
                 if a is None:
@@ -952,7 +952,7 @@ class ClusterNode:
             except KafkaliteError as exc:
                 res.update(error_code=error_code_of(exc), error_message=str(exc))
             except Exception as exc:  # BadVersion: changed concurrently
-                res.update(error_code=E.INVALID_PARTITIONS, error_message=f"the topic changed meanwhile: {exc}")
+                res.update(error_code=ErrorCode.INVALID_PARTITIONS, error_message=f"the topic changed meanwhile: {exc}")
             results.append(res)
         if waiting:
             await self._wait_for(lambda: all(n in self.cache.topics and len(self.cache.topics[n].partitions) >= c
@@ -1009,17 +1009,17 @@ class ClusterNode:
         out = await self._describe_configs(h, body, session)
         assert out is not None
         for res, r in zip(out["results"], body.get("resources", []), strict=True):
-            if r["resource_type"] != RESOURCE_TOPIC:
+            if r["resource_type"] != ConfigResourceType.TOPIC:
                 continue
             name = r["resource_name"]
             if await self._topic_exists(name):
                 entries = self.apis._topic_config_entries(name, await self.store.topic_config(name))
                 keys = r.get("configuration_keys")
-                res.update(error_code=E.NONE, error_message=None,
+                res.update(error_code=ErrorCode.NONE, error_message=None,
                            configs=[c for c in entries if keys is None or c["name"] in keys])
             else:
-                res.update(error_code=E.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"The topic '{name}' does not "
-                           "exist.", configs=[])
+                res.update(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                           error_message=f"The topic '{name}' does not exist.", configs=[])
         return out
 
     async def _alter_topics(self, h: RequestHeader, body: dict[str, Any], session: Session, incremental: bool,
@@ -1027,7 +1027,7 @@ class ClusterNode:
         """Topic resources are changed in ZooKeeper (every broker applies them from the change notification);
         the others go to the single-broker handler, which refuses dynamic broker configs."""
         resources = body.get("resources", [])
-        others = [r for r in resources if r["resource_type"] != RESOURCE_TOPIC]
+        others = [r for r in resources if r["resource_type"] != ConfigResourceType.TOPIC]
         answered: dict[tuple[int, str], dict[str, Any]] = {}
         if others:
             out = await original(h, {**body, "resources": others}, session)
@@ -1038,10 +1038,10 @@ class ClusterNode:
         responses = []
         for r in resources:
             rtype, name = r["resource_type"], r["resource_name"]
-            if rtype != RESOURCE_TOPIC:
+            if rtype != ConfigResourceType.TOPIC:
                 responses.append(answered[(rtype, name)])
                 continue
-            res: dict[str, Any] = {"error_code": E.NONE, "error_message": None, "resource_type": rtype,
+            res: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None, "resource_type": rtype,
                                    "resource_name": name}
             try:
                 if not await self._topic_exists(name):
@@ -1051,8 +1051,8 @@ class ClusterNode:
                     raise InvalidRequestError(f"Duplicate config keys in the request for {name}: {names}")
                 configs = await self.store.topic_config(name) if incremental else {}
                 for c in r.get("configs", []):
-                    op = c["config_operation"] if incremental else (OP_SET if c.get("value") is not None
-                                                                     else OP_DELETE)
+                    op = c["config_operation"] if incremental else (ConfigOp.SET if c.get("value") is not None
+                                                                     else ConfigOp.DELETE)
                     configs = self.apis._apply_config_op(configs, c["name"], op, c.get("value"))
                 self.apis.admin.validate_topic_configs(configs)
                 if not validate_only:
@@ -1110,10 +1110,10 @@ class ClusterNode:
             b = self.cache.brokers.get(leader)
             addr = b.address(session.listener) if b is not None else None
             if b is None or addr is None:
-                out.append({"key": key, "error_code": E.COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "",
+                out.append({"key": key, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "",
                             "port": -1, "error_message": why or "the group's coordinator partition has no leader"})
             else:
-                out.append({"key": key, "error_code": E.NONE, "node_id": b.broker_id, "host": addr[0],
+                out.append({"key": key, "error_code": ErrorCode.NONE, "node_id": b.broker_id, "host": addr[0],
                             "port": addr[1], "error_message": None})
         if h.api_version >= 4:
             return {"throttle_time_ms": 0, "coordinators": out}
@@ -1127,7 +1127,7 @@ class ClusterNode:
             n = len(cached.partitions) if cached is not None else 0
             for gid in request_groups(h.api_key, body):
                 if not n or self.cache.leader(OFFSETS_TOPIC, coordinator_key_partition(gid, n)) != self.node_id:
-                    return error_response(h.api_key, h.api_version, body, Errors.NOT_COORDINATOR)
+                    return error_response(h.api_key, h.api_version, body, ErrorCode.NOT_COORDINATOR)
             if n and self.apis.coordinator is not None:
                 self.apis.coordinator.topic.num_partitions = n
         return await self._group(h, body, session)
@@ -1143,7 +1143,7 @@ class ClusterNode:
                 self._next_pid = self._pid_block.start
             pid = self._next_pid
             self._next_pid += 1
-        return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": 0}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "producer_id": pid, "producer_epoch": 0}
 
     # --- routing: requests for partitions led elsewhere ------------------------------------------------
 
@@ -1153,7 +1153,9 @@ class ClusterNode:
         else UNKNOWN_TOPIC_OR_PARTITION."""
         if (topic, p) in self.replicas.partitions:
             return None
-        return E.UNKNOWN_TOPIC_OR_PARTITION if self.cache.partition(topic, p) is None else E.NOT_LEADER_OR_FOLLOWER
+        if self.cache.partition(topic, p) is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     async def produce(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any] | None:
         refused: dict[str, list[dict[str, Any]]] = {}
@@ -1205,7 +1207,7 @@ class ClusterNode:
         if not refused:
             return await self._fetch(h, body, session)
         out: dict[str, Any] | None = await self._fetch(h, {**body, "topics": kept, "max_wait_ms": 0}, session) \
-            if kept else {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": []}
+            if kept else {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": []}
         assert out is not None
         by_name = {r["topic"]: r for r in out["responses"]}
         for name, entries in refused.items():

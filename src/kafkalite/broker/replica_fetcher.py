@@ -10,7 +10,7 @@ leader that has not applied its LeaderAndIsr yet is asked again sooner: LEADER_N
 KAFKA_STORAGE_ERROR or a local failure marks the partition failed (a local OSError first takes its log dir
 offline through the LogManager).
 
-Truncation (KIP-101/279, §4.3) has one home, `truncation_offset`. Which question feeds it follows Kafka
+Truncation (KIP-101/279) has one home, `replication.truncation.truncation_offset`. Which question feeds it follows Kafka
 2.8/3.x (AbstractFetcherThread.addPartitions): a log with a leader epoch starts *fetching* at its LEO with
 `last_fetched_epoch`, and the leader's `diverging_epoch` answer drives truncation; iteration (KIP-279) is
 the next fetch with the new last epoch. A log without epochs starts *truncating* to its HW. When
@@ -46,53 +46,30 @@ from typing import Any
 
 from kafkalite.broker.frame_buffers import FrameBuffers
 from kafkalite.broker.low_water import ReceiveLowWater
-from kafkalite.broker.partition import FollowerRuns, Partition, follower_runs
+from kafkalite.error_codes import RETRIABLE, error_name
 from kafkalite.errors import CorruptRecordError, KafkaliteError
 from kafkalite.protocol import ApiKey, ErrorCode
 from kafkalite.protocol.connection import ClientConnection
+from kafkalite.replication.partition import FollowerRuns, Partition, follower_runs
+from kafkalite.replication.truncation import truncation_offset
 from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity, open_connection
-from kafkalite.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from kafkalite.storage.leader_epoch import UNDEFINED_EPOCH
 
 log = logging.getLogger("kafkalite.broker.replica_fetcher")
 
-E = ErrorCode
 FETCH_VERSION = 12  # the highest kafkalite serves (protocol/messages/fetch.py); truncate-on-fetch needs 12
 FETCH_VERSION_NO_TRUNCATION = 11  # what an IBP below 2.7 sends
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 LIST_OFFSETS_VERSION = 7
 LATEST, EARLIEST = -1, -2
-RETRIABLE = {E.UNKNOWN_LEADER_EPOCH, E.NOT_LEADER_OR_FOLLOWER, E.UNKNOWN_TOPIC_OR_PARTITION, E.LEADER_NOT_AVAILABLE,
-             E.REQUEST_TIMED_OUT, E.NOT_ENOUGH_REPLICAS, E.OFFSET_NOT_AVAILABLE}
 # The leader has not applied the LeaderAndIsr this follower already acts on: the controller sends both at once,
 # so the follower often asks first. These are retried after 50 ms, doubling per error in a row up to
 # replica.fetch.backoff.ms (Kafka waits the whole backoff, 1 s, which at every leader move held the HW and
 # acks=all for that second: the new ISR is the leader and this follower).
-LEADER_NOT_READY = {E.UNKNOWN_LEADER_EPOCH, E.NOT_LEADER_OR_FOLLOWER, E.LEADER_NOT_AVAILABLE}
+LEADER_NOT_READY = {ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE}
 LEADER_NOT_READY_FIRST_BACKOFF_MS = 50
 
 TopicPartition = tuple[str, int]
-EndOffsetFor = Callable[[int], tuple[int, int]]
-
-
-# --- §4.3: the one truncation decision -------------------------------------------------------------------
-
-def truncation_offset(leader_epoch: int, leader_end: int, local_end_offset_for: EndOffsetFor, local_leo: int,
-                      high_watermark: int) -> tuple[int, bool]:
-    """Where a follower truncates given the leader's (epoch, end offset) for the epoch it asked about or
-    last fetched (Kafka's AbstractFetcherThread.getOffsetTruncationState, 2.8/3.x): (offset, done).
-    `local_end_offset_for` is the follower's own LeaderEpochCache.end_offset_for at its LEO. Not done means
-    the follower never had the leader's epoch: it truncates to the end of its own largest epoch below and
-    asks again with its new latest epoch (KIP-279), until both histories agree."""
-    if leader_end == UNDEFINED_EPOCH_OFFSET:  # the leader knows no such epoch: back to the initial offset
-        return min(high_watermark, local_leo), True
-    if leader_epoch == UNDEFINED_EPOCH:  # a pre-KIP-279 answer: the offset alone
-        return min(leader_end, local_leo), True
-    f_epoch, f_end = local_end_offset_for(leader_epoch)
-    if f_end == UNDEFINED_EPOCH_OFFSET:  # every epoch here is older than the leader's answer
-        return min(leader_end, local_leo), True
-    if f_epoch != leader_epoch:
-        return min(f_end, local_leo), False
-    return min(leader_end, f_end, local_leo), True
 
 
 # --- fetch state ------------------------------------------------------------------------------------------
@@ -386,8 +363,8 @@ class ReplicaFetcher:
         delay_ms = min(backoff_ms, LEADER_NOT_READY_FIRST_BACKOFF_MS << min(st.not_ready_answers, 16))
         st.not_ready_answers += 1
         st.delayed_until = time.monotonic() + delay_ms / 1000
-        log.debug("Leader %d answered %s for %s-%d at epoch %d; asking again in %d ms", self.leader_id, _name(code),
-                  st.topic, st.partition, st.leader_epoch, delay_ms)
+        log.debug("Leader %d answered %s for %s-%d at epoch %d; asking again in %d ms", self.leader_id,
+                  error_name(code), st.topic, st.partition, st.leader_epoch, delay_ms)
 
     def _current(self, st: PartitionFetchState) -> Partition | None:
         """The partition, if `st` still describes this broker's follow-ship of it (same state object, same
@@ -420,7 +397,7 @@ class ReplicaFetcher:
                 answer = None
                 if resp.get("error_code", 0):
                     log.warning("Leader %d refused the fetch of broker %d with error %s", self.leader_id, s.node_id,
-                                _name(resp["error_code"]))
+                                error_name(resp["error_code"]))
                     self._back_off([st for st, _ in sent.values()])
                     return
                 answers = [(got, pr) for t in resp.get("responses", []) for pr in t.get("partitions", [])
@@ -494,7 +471,7 @@ class ReplicaFetcher:
         for (st, offset), pr in answers:
             records = pr.get("records")
             div = pr.get("diverging_epoch") or {}
-            if (pr["error_code"] != E.NONE or div.get("epoch", -1) >= 0 or div.get("end_offset", -1) >= 0
+            if (pr["error_code"] != ErrorCode.NONE or div.get("epoch", -1) >= 0 or div.get("end_offset", -1) >= 0
                     or not records or pr["high_watermark"] <= offset + 1):
                 return None
             part = self._current(st)
@@ -525,29 +502,29 @@ class ReplicaFetcher:
         code = pr["error_code"]
         if code not in LEADER_NOT_READY:
             st.not_ready_answers = 0
-        if code == E.NONE:
+        if code == ErrorCode.NONE:
             div = pr.get("diverging_epoch") or {}
             if div.get("epoch", -1) >= 0 or div.get("end_offset", -1) >= 0:
                 self._truncate(st, part, div["epoch"], div["end_offset"])
                 return False
             self._appended(st, part, offset, pr, self._write(part, pr, None))
             return False
-        if code == E.OFFSET_OUT_OF_RANGE:
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             return True
-        if code == E.FENCED_LEADER_EPOCH:
+        if code == ErrorCode.FENCED_LEADER_EPOCH:
             log.info("Leader %d fenced the fetch of %s-%d at epoch %d: it waits for a newer LeaderAndIsr",
                      self.leader_id, st.topic, st.partition, st.leader_epoch)
             st.stopped = "fenced"
-        elif code == E.KAFKA_STORAGE_ERROR:
+        elif code == ErrorCode.KAFKA_STORAGE_ERROR:
             log.error("Leader %d has a storage error on %s-%d: the partition is marked failed", self.leader_id,
                       st.topic, st.partition)
             st.stopped = "failed"
         elif code in LEADER_NOT_READY:
             self._retry_soon(st, code)
         else:
-            if code not in RETRIABLE:
-                log.warning("Error %s fetching %s-%d from leader %d; retrying", _name(code), st.topic, st.partition,
-                            self.leader_id)
+            if code not in RETRIABLE:  # an error a retry cannot mend is worth a line; the rest are routine
+                log.warning("Error %s fetching %s-%d from leader %d; retrying", error_name(code), st.topic,
+                            st.partition, self.leader_id)
             self._back_off([st])
         return False
 
@@ -684,11 +661,11 @@ class ReplicaFetcher:
                 if part is None or part.log.latest_epoch != latest:
                     continue
                 code = pr["error_code"]
-                if code == E.NONE:
+                if code == ErrorCode.NONE:
                     self._truncate(st, part, pr["leader_epoch"], pr["end_offset"])
-                elif code == E.FENCED_LEADER_EPOCH:
+                elif code == ErrorCode.FENCED_LEADER_EPOCH:
                     st.stopped = "fenced"
-                elif code == E.KAFKA_STORAGE_ERROR:
+                elif code == ErrorCode.KAFKA_STORAGE_ERROR:
                     st.stopped = "failed"
                 elif code in LEADER_NOT_READY:
                     self._retry_soon(st, code)
@@ -707,7 +684,7 @@ class ReplicaFetcher:
             for pr in t.get("partitions", []):
                 if pr["partition_index"] != st.partition:
                     continue
-                if pr["error_code"] == E.FENCED_LEADER_EPOCH:
+                if pr["error_code"] == ErrorCode.FENCED_LEADER_EPOCH:
                     st.stopped = "fenced"
                 elif pr["error_code"]:
                     self._back_off([st])
@@ -864,10 +841,3 @@ def _wait_for_write(st: PartitionFetchState) -> None:
         concurrent.futures.wait([running])
         log.debug("Waited %.1f ms for the follower write of %s-%d to finish", (time.monotonic() - t0) * 1000,
                   st.topic, st.partition)
-
-
-def _name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return str(code)

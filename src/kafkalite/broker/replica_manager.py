@@ -1,7 +1,7 @@
 """Partitions as the broker serves them (Kafka's ReplicaManager).
 
 The request handlers speak in topic names and partition numbers; this layer finds the `Partition`
-(broker/partition.py, which owns the role, the leader epoch and the commit rule) and turns its outcomes
+(replication/partition.py, which owns the role, the leader epoch and the commit rule) and turns its outcomes
 into Kafka's per-partition response entries (offsets, watermarks, error codes). Every append, a client's
 produce or the group coordinator's write to `__consumer_offsets`, goes through `append_records`, so
 leadership checks, the commit rule and the wake-ups of parked fetches apply alike. Topic administration
@@ -35,7 +35,6 @@ from typing import Any
 
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import INTERNAL_TOPICS, MetadataStore
-from kafkalite.broker.partition import IsrChange, Partition, PartitionRead, monotonic_ms
 from kafkalite.broker.purgatory import Purgatory
 from kafkalite.cluster.store import ClusterStore
 from kafkalite.cluster.znodes import PartitionState
@@ -55,6 +54,7 @@ from kafkalite.protocol import FileRegion
 from kafkalite.protocol.error_codes import ErrorCode
 from kafkalite.protocol.primitives import BIG_PART
 from kafkalite.records.batch import iter_batches
+from kafkalite.replication.partition import IsrChange, Partition, PartitionRead, monotonic_ms
 from kafkalite.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from kafkalite.storage.file_records import FileSlice
 from kafkalite.storage.log import FetchIsolation, Log, LogAppendInfo

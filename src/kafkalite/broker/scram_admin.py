@@ -28,7 +28,6 @@ from kafkalite.security.scram import (
 from kafkalite.security.session import Session
 
 log = logging.getLogger("kafkalite.broker")
-E = ErrorCode
 
 
 class ScramAdmin:
@@ -61,7 +60,7 @@ class ScramAdmin:
         seen: set[str] = set()
         for name in names:
             if name in seen:
-                results.append({"user": name, "error_code": E.DUPLICATE_RESOURCE,
+                results.append({"user": name, "error_code": ErrorCode.DUPLICATE_RESOURCE,
                                 "error_message": f"Cannot describe SCRAM credentials for the same user twice in a "
                                                  f"single request: {name}", "credential_infos": []})
                 continue
@@ -76,12 +75,13 @@ class ScramAdmin:
                         continue
                     infos.append({"mechanism": mid, "iterations": iterations})
             if infos:
-                results.append({"user": name, "error_code": E.NONE, "error_message": None, "credential_infos": infos})
+                results.append({"user": name, "error_code": ErrorCode.NONE, "error_message": None,
+                                "credential_infos": infos})
             elif wanted:
-                results.append({"user": name, "error_code": E.RESOURCE_NOT_FOUND,
+                results.append({"user": name, "error_code": ErrorCode.RESOURCE_NOT_FOUND,
                                 "error_message": f"Attempt to describe a user credential that does not exist: {name}",
                                 "credential_infos": []})
-        return {"throttle_time_ms": 0, "error_code": E.NONE, "error_message": None, "results": results}
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "results": results}
 
     async def alter(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:
         # authorize ALTER on CLUSTER (the ACL helper's hook: Kafka requires it for this API)
@@ -96,21 +96,21 @@ class ScramAdmin:
             if name in errors:
                 continue
             if not name:
-                errors[name] = (E.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+                errors[name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
             elif counts[(name, mid)] > 1:
-                errors[name] = (E.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same "
+                errors[name] = (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same "
                                                       "request")
             elif mid not in MECHANISM_NAMES:
-                errors[name] = (E.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {mid}")
+                errors[name] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {mid}")
         for u in upsertions:
             name = u["name"]
             if name in errors:
                 continue
             if not MIN_ITERATIONS <= u["iterations"] <= MAX_ITERATIONS:
-                errors[name] = (E.UNACCEPTABLE_CREDENTIAL, f"Iterations {u['iterations']} must be between "
+                errors[name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Iterations {u['iterations']} must be between "
                                                            f"{MIN_ITERATIONS} and {MAX_ITERATIONS}")
             elif not u.get("salt") or not u.get("salted_password"):
-                errors[name] = (E.UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty")
+                errors[name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty")
         changes: dict[str, list[tuple[str, ScramCredential | None]]] = defaultdict(list)
         for d in deletions:
             if d["name"] not in errors:
@@ -137,12 +137,13 @@ class ScramAdmin:
                 log.info("SCRAM credentials of user %s altered: %s", name,
                          ", ".join(f"{'deleted' if c is None else 'set'} {m}" for m, c in ops))
             except _NotFound as exc:
-                errors[name] = (E.RESOURCE_NOT_FOUND, str(exc))
+                errors[name] = (ErrorCode.RESOURCE_NOT_FOUND, str(exc))
             except KafkaliteError as exc:
-                errors[name] = (E.UNKNOWN_SERVER_ERROR, str(exc))
+                errors[name] = (ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
         users = list(dict.fromkeys(d["name"] for d in (*deletions, *upsertions)))
         return {"throttle_time_ms": 0, "results": [
-            {"user": n, "error_code": errors.get(n, (E.NONE, None))[0], "error_message": errors.get(n, (0, None))[1]}
+            {"user": n, "error_code": errors.get(n, (ErrorCode.NONE, None))[0],
+             "error_message": errors.get(n, (0, None))[1]}
             for n in users]}
 
 

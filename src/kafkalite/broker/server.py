@@ -32,7 +32,7 @@ import ssl
 import time
 from typing import Any, Literal
 
-from kafkalite.broker.apis import CloseConnection, KafkaApis
+from kafkalite.broker.apis import KafkaApis
 from kafkalite.broker.channel import Channel
 from kafkalite.broker.cluster_node import ClusterNode
 from kafkalite.broker.config import BrokerConfig
@@ -50,9 +50,9 @@ from kafkalite.coordinator.config import OFFSETS_TOPIC
 from kafkalite.errors import KafkaliteError
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol import FileRegion
-from kafkalite.protocol.api_keys import ApiKey
+from kafkalite.protocol.api_keys import ApiKey, api_name
 from kafkalite.protocol.codec import RequestHeader
-from kafkalite.protocol.connection import InvalidReceiveError, RefusedRequest, Reply, ServerConnection
+from kafkalite.protocol.connection import CloseConnection, InvalidReceiveError, RefusedRequest, Reply, ServerConnection
 from kafkalite.security.sasl import JaasError, SaslServerAuthenticator, parse_jaas
 from kafkalite.security.scram import ScramCredential
 from kafkalite.security.session import Session
@@ -68,13 +68,6 @@ class _SaslState(SaslServerAuthenticator):
     response just sent (a failed or refused SASL step)."""
 
     closing = ""
-
-
-def _api_name(key: int) -> str:
-    try:
-        return ApiKey(key).name
-    except ValueError:
-        return f"API {key}"
 
 
 class Broker:
@@ -431,7 +424,7 @@ class Broker:
                 if header.api_key != ApiKey.API_VERSIONS:
                     log.warning("Closing connection from %s (listener %s): %s request before SASL authentication "
                                 "(only ApiVersions, SaslHandshake and SaslAuthenticate are served then)",
-                                session.host, session.listener, _api_name(header.api_key))
+                                session.host, session.listener, api_name(header.api_key))
                     return False
             elif sasl.expired():
                 log.info("Closing connection from %s (listener %s): the SASL session of %s expired "

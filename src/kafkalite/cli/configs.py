@@ -8,14 +8,15 @@ from typing import Any
 from kafkalite.cli.common import UsageError, add_bootstrap, with_client
 from kafkalite.client import KafkaClient, KafkaClientError, topics_of
 from kafkalite.protocol import ApiKey, ErrorCode
+from kafkalite.protocol.config_resources import ConfigOp, ConfigResourceType
 from kafkalite.security.scram import DEFAULT_ITERATIONS, MECHANISM_IDS, MECHANISM_NAMES, new_salt, salted_password
 
-RESOURCE_TYPES = {"topics": 2, "brokers": 4, "users": -1}  # users: SCRAM credentials (APIs 50/51), no resource
+# users: SCRAM credentials (APIs 50/51), no config resource
+RESOURCE_TYPES = {"topics": ConfigResourceType.TOPIC, "brokers": ConfigResourceType.BROKER, "users": -1}
 SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
            4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
            7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
 DYNAMIC_SOURCES = {1, 2, 3}
-OP_SET, OP_DELETE = 0, 1
 
 
 def add_parser(sub: Any) -> None:
@@ -79,9 +80,9 @@ def _run(client: KafkaClient, args: Any) -> int:
         if not args.entity_name and not args.entity_default:
             raise UsageError("--alter needs --entity-name (or --entity-default for brokers)")
         ops: list[tuple[str, int, str | None]] = [
-            (k, OP_SET, v) for text in args.add_config for k, v in parse_add_config(text)
+            (k, ConfigOp.SET, v) for text in args.add_config for k, v in parse_add_config(text)
         ]
-        ops += [(k.strip(), OP_DELETE, None) for text in args.delete_config for k in text.split(",") if k.strip()]
+        ops += [(k.strip(), ConfigOp.DELETE, None) for text in args.delete_config for k in text.split(",") if k.strip()]
         if not ops:
             raise UsageError("--alter needs --add-config or --delete-config")
         name = "" if args.entity_default else args.entity_name

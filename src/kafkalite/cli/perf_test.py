@@ -26,7 +26,7 @@ from kafkalite.cli.common import DEFAULT_BOOTSTRAP, unreachable
 from kafkalite.cli.console import CODECS
 from kafkalite.cli.console_props import PropertyError, parse_properties
 from kafkalite.cli.group_member import GroupMember
-from kafkalite.client import BrokerConnection, KafkaClient, KafkaClientError, produce_request
+from kafkalite.client import PRODUCE_RETRY, BrokerConnection, KafkaClient, KafkaClientError, produce_request
 from kafkalite.config.properties import read_properties
 from kafkalite.errors import InvalidConfigError
 from kafkalite.protocol import ApiKey, ErrorCode
@@ -58,10 +58,6 @@ CONSUMER_SETTINGS: dict[str, str] = {"bootstrap.servers": "", "group.id": "", "c
 # Where a v2 batch keeps what a re-sent template changes: its CRC and its base and max timestamps.
 _CRC, _CRC_AT = struct.Struct(">I"), 17
 _TIMESTAMPS, _BASE_TIMESTAMP = struct.Struct(">qq"), 27
-# Errors after which the producer looks the leader up again and sends the batch once more.
-_RETRIABLE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
-                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
-                        ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH})
 
 
 def add_parsers(sub: Any) -> None:
@@ -378,7 +374,7 @@ class Producer:
         part = res["responses"][0]["partition_responses"][0]
         now = time.monotonic()
         code = part["error_code"]
-        if code in _RETRIABLE and now < item.deadline:
+        if code in PRODUCE_RETRY and now < item.deadline:  # the leader is looked up again, the batch sent again
             time.sleep(RETRY_BACKOFF_S)  # retry.backoff.ms: the controller's news takes a moment to spread
             self._refresh()
             self._send(item)

@@ -9,14 +9,15 @@ decision about its partitions. The target's broker epoch is put into each reques
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kafkalite.protocol import ApiKey, decode_response, encode_request
+from kafkalite.backoff import Backoff
+from kafkalite.protocol import ApiKey
+from kafkalite.protocol.connection import ClientConnection, CorrelationError, InvalidReceiveError
 from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity, open_connection
 
 log = logging.getLogger("kafkalite.cluster.channel")
@@ -29,6 +30,11 @@ SELF_CLIENT_ID = f"{CLIENT_ID}-self-{secrets.token_hex(16)}"
 RETRY_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 1.0
 REQUEST_TIMEOUT_S = 30.0
+# The largest answer a broker's controller requests get: Kafka's socket.request.max.bytes default. Their answers
+# are small; a size prefix past this is a broken stream, not a frame to wait for.
+MAX_RESPONSE_BYTES = 100 * 1024 * 1024
+# What ends an exchange with a broker so that it is sent again on a new connection
+LOST = (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError, CorrelationError, InvalidReceiveError)
 
 ResponseCallback = Callable[[int, dict[str, Any]], None]
 
@@ -53,7 +59,7 @@ class BrokerChannel:
         self.port = port
         self.queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self.task = asyncio.create_task(self._run(), name=f"controller-sender-{broker_id}")
-        self._correlation = itertools.count(1)
+        self._conn = ClientConnection(client_id, MAX_RESPONSE_BYTES)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._connected_once = False
@@ -72,19 +78,19 @@ class BrokerChannel:
         return reader is None or writer is None or not (reader.at_eof() or writer.is_closing())
 
     async def _connect(self) -> None:
-        backoff = RETRY_BACKOFF_S
+        backoff = Backoff(RETRY_BACKOFF_S, MAX_BACKOFF_S)
         while True:
             try:
                 async with asyncio.timeout(REQUEST_TIMEOUT_S):  # (3.11's wait_for can swallow a cancellation)
                     self._reader, self._writer = await open_connection(self.host, self.port, self.security)
+                self._conn = ClientConnection(self.client_id, MAX_RESPONSE_BYTES)
                 self._connected_once, self._failing = True, False
                 return
             except (OSError, TimeoutError) as exc:
                 self._failing = True
                 log.debug("Controller cannot reach broker %d at %s:%d (%s); retrying", self.broker_id, self.host,
                           self.port, exc)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                await asyncio.sleep(backoff.step())
 
     def _disconnect(self) -> None:
         if self._writer is not None:
@@ -93,18 +99,10 @@ class BrokerChannel:
 
     async def _exchange(self, item: _Pending) -> dict[str, Any]:
         assert self._reader is not None and self._writer is not None
-        cid = next(self._correlation)
-        self._writer.write(encode_request(item.api_key, item.version, cid, self.client_id, item.body))
-        await self._writer.drain()
-        size = int.from_bytes(await self._reader.readexactly(4), "big")
-        frame = await self._reader.readexactly(size)
-        got_cid, body = decode_response(item.api_key, item.version, frame)
-        if got_cid != cid:
-            raise ConnectionError(f"correlation id {got_cid} answered to request {cid}")
-        return body
+        return await exchange(self._reader, self._writer, self._conn, item.api_key, item.version, item.body)
 
     async def _run(self) -> None:
-        backoff = RETRY_BACKOFF_S
+        backoff = Backoff(RETRY_BACKOFF_S, MAX_BACKOFF_S)
         while True:
             item = await self.queue.get()
             while True:
@@ -113,15 +111,14 @@ class BrokerChannel:
                 try:
                     async with asyncio.timeout(REQUEST_TIMEOUT_S):
                         body = await self._exchange(item)
-                    backoff = RETRY_BACKOFF_S
+                    backoff.reset()
                     break
-                except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError) as exc:
+                except LOST as exc:
                     self._failing = True
                     log.info("Resending %s to broker %d after %s", item.api_key.name, self.broker_id,
                              type(exc).__name__)
                     self._disconnect()
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+                    await asyncio.sleep(backoff.step())
             if item.on_response is not None:
                 try:
                     item.on_response(self.broker_id, body)
@@ -195,12 +192,23 @@ async def request_once(host: str, port: int, api_key: ApiKey, version: int, body
     async with asyncio.timeout(timeout_s):
         reader, writer = await open_connection(host, port, security)
         try:
-            writer.write(encode_request(api_key, version, 1, client_id, body))
-            await writer.drain()
-            size = int.from_bytes(await reader.readexactly(4), "big")
-            cid, answer = decode_response(api_key, version, await reader.readexactly(size))
-            if cid != 1:
-                raise ConnectionError(f"correlation id {cid} answered to request 1")
-            return answer
+            return await exchange(reader, writer, ClientConnection(client_id, MAX_RESPONSE_BYTES), api_key, version,
+                                  body)
         finally:
             writer.close()
+
+
+async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: ClientConnection,
+                   api_key: ApiKey, version: int, body: dict[str, Any]) -> dict[str, Any]:
+    """Send one request and read its answer through the sans-IO framing every speaker uses (size limit,
+    correlation check). A connection closed before the answer raises asyncio.IncompleteReadError."""
+    _, frame = conn.send_request(api_key, version, body)
+    writer.write(frame)
+    await writer.drain()
+    while True:
+        data = await reader.read(65536)
+        if not data:
+            raise asyncio.IncompleteReadError(b"", None)
+        answers = conn.feed(data)
+        if answers:
+            return answers[0][1]

@@ -7,7 +7,7 @@ from kafkalite.coordinator.config import (
     java_string_hash,
 )
 from kafkalite.coordinator.coordinator import GROUP_API_KEYS, GroupCoordinator
-from kafkalite.coordinator.errors import CoordinatorError, Errors
+from kafkalite.coordinator.errors import CoordinatorError
 from kafkalite.coordinator.group import ClassicGroup, GroupState, Member
 from kafkalite.coordinator.lag import PartitionLag, compute_lag
 from kafkalite.coordinator.offsets import OffsetAndMetadata
@@ -18,7 +18,6 @@ __all__ = [
     "ClassicGroup",
     "CoordinatorConfig",
     "CoordinatorError",
-    "Errors",
     "GroupCoordinator",
     "GroupState",
     "Member",

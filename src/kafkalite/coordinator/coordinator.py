@@ -38,7 +38,6 @@ from kafkalite.coordinator.config import OFFSETS_TOPIC, CoordinatorConfig
 from kafkalite.coordinator.consumer_protocol import decode_assignment
 from kafkalite.coordinator.errors import (
     CoordinatorError,
-    Errors,
     append_error,
     group_store_error,
     offset_commit_error,
@@ -65,6 +64,7 @@ from kafkalite.coordinator.records import (
     encode_offset_commit_value,
 )
 from kafkalite.coordinator.timer import KeyedTimer
+from kafkalite.error_codes import ErrorCode
 from kafkalite.errors import CorruptRecordError
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.protocol.api_keys import ApiKey
@@ -220,7 +220,7 @@ class GroupCoordinator:
         for task in [*self._loading.values(), *self._waits]:
             task.cancel()
         self._loading.clear()
-        self.membership.shutdown(Errors.NOT_COORDINATOR)
+        self.membership.shutdown(ErrorCode.NOT_COORDINATOR)
 
     async def start(self, *, lead_all: bool = True) -> None:
         """Same as `load()` (the broker's lifecycle name)."""
@@ -268,7 +268,7 @@ class GroupCoordinator:
                 for (t, p) in self.offsets.group_offsets(gid):
                     self.offsets.replay(gid, t, p, None)
                     self._commit_order.pop((gid, t, p), None)
-        self.membership.unload(gone, Errors.NOT_COORDINATOR)
+        self.membership.unload(gone, ErrorCode.NOT_COORDINATOR)
         log.info("Unloaded %d groups of %s-%d: this broker no longer leads it", len(gone), OFFSETS_TOPIC, partition)
 
     async def _load_partition(self, partition: int) -> None:
@@ -319,11 +319,11 @@ class GroupCoordinator:
                     report(OFFSETS_TOPIC, partition, exc)
             raise CoordinatorError(error, str(exc)) from exc
 
-    def _when_committed(self, write: PendingWrite, done: Callable[[Errors], None]) -> None:
+    def _when_committed(self, write: PendingWrite, done: Callable[[ErrorCode], None]) -> None:
         """Call `done` with NONE once the replicas hold `write` (at once when the HW covers it already),
         else with storeGroup's error for why not."""
         if self.topic.committed(write):
-            done(Errors.NONE)
+            done(ErrorCode.NONE)
             return
 
         async def wait() -> None:
@@ -343,17 +343,17 @@ class GroupCoordinator:
             raise ValueError(f"API key {api_key} is not a group coordinator API")
         if self._phase is not _Phase.ACTIVE:
             if self._phase is _Phase.CLOSED:
-                error = Errors.COORDINATOR_NOT_AVAILABLE
+                error = ErrorCode.COORDINATOR_NOT_AVAILABLE
             elif api_key == ApiKey.HEARTBEAT:
-                error = Errors.NONE  # Kafka answers heartbeats blindly while the group loads
+                error = ErrorCode.NONE  # Kafka answers heartbeats blindly while the group loads
             else:
-                error = Errors.COORDINATOR_LOAD_IN_PROGRESS
+                error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
             return error_response(api_key, api_version, body, error)
         if self._owned is not None and api_key != ApiKey.LIST_GROUPS:
             refused = self._ownership_error(request_groups(api_key, body))
             if refused is not None:
-                if api_key == ApiKey.HEARTBEAT and refused is Errors.COORDINATOR_LOAD_IN_PROGRESS:
-                    refused = Errors.NONE  # as while the whole coordinator loads
+                if api_key == ApiKey.HEARTBEAT and refused is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                    refused = ErrorCode.NONE  # as while the whole coordinator loads
                 return error_response(api_key, api_version, body, refused)
         if not self.timer.is_bound:
             self.timer.bind(asyncio.get_running_loop())  # served after load_offline(): timeouts apply from now
@@ -361,9 +361,9 @@ class GroupCoordinator:
             return await handler(api_version, body, client_id or "", client_host)
         except Exception:
             log.exception("Group API %d v%d failed", api_key, api_version)
-            return error_response(api_key, api_version, body, Errors.UNKNOWN_SERVER_ERROR)
+            return error_response(api_key, api_version, body, ErrorCode.UNKNOWN_SERVER_ERROR)
 
-    def _ownership_error(self, group_ids: list[str]) -> Errors | None:
+    def _ownership_error(self, group_ids: list[str]) -> ErrorCode | None:
         """NOT_COORDINATOR when a group's partition is not led here, COORDINATOR_LOAD_IN_PROGRESS while
         it loads; None when every group is served here. One refusal covers the whole request."""
         for gid in group_ids:
@@ -371,9 +371,9 @@ class GroupCoordinator:
                 continue
             partition = self.topic.partition_for(gid)
             if partition in self._loading:
-                return Errors.COORDINATOR_LOAD_IN_PROGRESS
+                return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
             if not self.owns(partition):
-                return Errors.NOT_COORDINATOR
+                return ErrorCode.NOT_COORDINATOR
         return None
 
     # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------
@@ -386,10 +386,10 @@ class GroupCoordinator:
         if rebalance < 0:
             rebalance = session  # JoinGroup v0 has no rebalance timeout: Kafka uses the session timeout
         if not group_id:
-            return join_response(v, join_error(Errors.INVALID_GROUP_ID, member_id))
+            return join_response(v, join_error(ErrorCode.INVALID_GROUP_ID, member_id))
         cfg = self.config
         if not cfg.group_min_session_timeout_ms <= session <= cfg.group_max_session_timeout_ms:
-            return join_response(v, join_error(Errors.INVALID_SESSION_TIMEOUT, member_id))
+            return join_response(v, join_error(ErrorCode.INVALID_SESSION_TIMEOUT, member_id))
         request = JoinRequest(
             group_id=group_id, member_id=member_id,
             group_instance_id=body.get("group_instance_id") if v >= 5 else None,
@@ -404,7 +404,7 @@ class GroupCoordinator:
     async def _sync_group(self, v: int, body: Body, _client_id: str, _host: str) -> Body:
         group_id = body.get("group_id") or ""
         if not group_id:
-            return sync_group_response(sync_response(Errors.INVALID_GROUP_ID))
+            return sync_group_response(sync_response(ErrorCode.INVALID_GROUP_ID))
         request = SyncRequest(
             group_id=group_id, generation_id=int(body.get("generation_id", -1)),
             member_id=body.get("member_id") or "",
@@ -419,7 +419,7 @@ class GroupCoordinator:
     async def _heartbeat(self, v: int, body: Body, _client_id: str, _host: str) -> Body:
         group_id = body.get("group_id") or ""
         if not group_id:
-            return {"throttle_time_ms": 0, "error_code": int(Errors.INVALID_GROUP_ID)}
+            return {"throttle_time_ms": 0, "error_code": int(ErrorCode.INVALID_GROUP_ID)}
         error = self.membership.heartbeat(group_id, body.get("member_id") or "",
                                           body.get("group_instance_id") if v >= 3 else None,
                                           int(body.get("generation_id", -1)))
@@ -433,22 +433,22 @@ class GroupCoordinator:
         else:
             leaving = [(body.get("member_id") or "", None, None)]
         if not group_id:
-            return leave_response(v, Errors.INVALID_GROUP_ID, [])
+            return leave_response(v, ErrorCode.INVALID_GROUP_ID, [])
         top, members = self.membership.leave(group_id, leaving)
         return leave_response(v, top, members)
 
     # --- OffsetCommit -------------------------------------------------------------------------
 
-    def _split_unknown(self, topics: list[Body]) -> tuple[dict[tuple[str, int], Errors], list[tuple[str, Body]]]:
+    def _split_unknown(self, topics: list[Body]) -> tuple[dict[tuple[str, int], ErrorCode], list[tuple[str, Body]]]:
         """A request's partitions: UNKNOWN_TOPIC_OR_PARTITION for those `partition_exists` does not know, and the
         (topic, partition body) of the others, in request order (OffsetCommit, OffsetDelete)."""
-        unknown: dict[tuple[str, int], Errors] = {}
+        unknown: dict[tuple[str, int], ErrorCode] = {}
         known: list[tuple[str, Body]] = []
         for t in topics:
             for p in t.get("partitions") or []:
                 tp = (t["name"], int(p["partition_index"]))
                 if self.partition_exists is not None and not self.partition_exists(*tp):
-                    unknown[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                    unknown[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     known.append((t["name"], p))
         return unknown, known
@@ -457,11 +457,11 @@ class GroupCoordinator:
         group_id = body.get("group_id") or ""
         topics = body.get("topics") or []
         results, valid = self._split_unknown(topics)
-        results.update({(t, int(p["partition_index"])): Errors.NONE for t, p in valid})
+        results.update({(t, int(p["partition_index"])): ErrorCode.NONE for t, p in valid})
         if not group_id:
-            error = Errors.INVALID_GROUP_ID
+            error = ErrorCode.INVALID_GROUP_ID
         elif not valid:
-            error = Errors.NONE
+            error = ErrorCode.NONE
         else:
             field = "generation_id_or_member_epoch" if "generation_id_or_member_epoch" in body else "generation_id"
             generation = int(body.get(field, -1))
@@ -477,31 +477,31 @@ class GroupCoordinator:
         return offset_commit_response(topics, results)
 
     def _validate_commit(self, v: int, group_id: str, generation: int, member_id: str,
-                         instance_id: str | None) -> Errors:
+                         instance_id: str | None) -> ErrorCode:
         """Kafka's validateOffsetCommit for classic groups."""
         group = self.groups.get(group_id)
         if group is None:
             if generation < 0:
-                return Errors.NONE  # a "simple" group: created when the commit is replayed
-            return Errors.GROUP_ID_NOT_FOUND if v >= 9 else Errors.ILLEGAL_GENERATION
+                return ErrorCode.NONE  # a "simple" group: created when the commit is replayed
+            return ErrorCode.GROUP_ID_NOT_FOUND if v >= 9 else ErrorCode.ILLEGAL_GENERATION
         if group.is_in(GroupState.DEAD):
-            return Errors.COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation < 0 and group.is_in(GroupState.EMPTY):
-            return Errors.NONE  # admin clients and consumers without group management
+            return ErrorCode.NONE  # admin clients and consumers without group management
         if generation >= 0 or member_id or instance_id is not None:
             error = group.validate_member(member_id, instance_id)
             if error:
                 return error
             if generation != group.generation_id:
-                return Errors.ILLEGAL_GENERATION
+                return ErrorCode.ILLEGAL_GENERATION
         elif not group.is_in(GroupState.EMPTY):
-            return Errors.UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if group.is_in(GroupState.COMPLETING_REBALANCE):
-            return Errors.REBALANCE_IN_PROGRESS
-        return Errors.NONE
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
 
     async def _commit(self, v: int, group_id: str, body: Body, valid: list[tuple[str, Body]],
-                      results: dict[tuple[str, int], Errors]) -> None:
+                      results: dict[tuple[str, int], ErrorCode]) -> None:
         """Kafka's storeOffsets: append the commit records, wait until the replicas hold them (acks=all),
         and only then make them visible to OffsetFetch."""
         group = self.groups.get(group_id)
@@ -519,7 +519,7 @@ class GroupCoordinator:
             partition = int(p["partition_index"])
             metadata = p.get("committed_metadata")
             if metadata is not None and len(metadata) > self.config.offset_metadata_max_bytes:
-                results[(topic, partition)] = Errors.OFFSET_METADATA_TOO_LARGE
+                results[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 continue
             commit_ts = int(p.get("commit_timestamp", -1)) if v == 1 else -1
             om = OffsetAndMetadata(int(p["committed_offset"]), metadata or "", now if commit_ts == -1 else commit_ts,
@@ -532,11 +532,11 @@ class GroupCoordinator:
         group_partition = self.topic.partition_for(group_id)
         try:
             write = self._append(group_partition, records)
-            error = Errors.NONE if self.topic.committed(write) else await self.topic.wait_committed(write)
+            error = ErrorCode.NONE if self.topic.committed(write) else await self.topic.wait_committed(write)
         except CoordinatorError as exc:
             error = exc.error
         if not error and not self.owns(group_partition):
-            error = Errors.NOT_LEADER_OR_FOLLOWER  # resigned while the replicas confirmed: the new leader has it
+            error = ErrorCode.NOT_LEADER_OR_FOLLOWER  # resigned while the replicas confirmed: the new leader has it
         if error:
             for topic, partition, _om in applied:
                 results[(topic, partition)] = offset_commit_error(error)
@@ -564,7 +564,7 @@ class GroupCoordinator:
     def _fetch_group(self, group_id: str | None, topics: list[Body] | None) -> Body:
         """One OffsetFetchResponseGroup; `topics` None = every committed offset of the group."""
         if group_id is None:
-            return {"group_id": group_id, "topics": [], "error_code": int(Errors.INVALID_GROUP_ID)}
+            return {"group_id": group_id, "topics": [], "error_code": int(ErrorCode.INVALID_GROUP_ID)}
         group = self.groups.get(group_id)
         known = group is not None and not group.is_in(GroupState.DEAD)
         out_topics: list[Body] = []
@@ -591,7 +591,7 @@ class GroupCoordinator:
                   if (not states or g["group_state"].lower() in states)
                   and (not types or g["group_type"] in types)]
         # Kafka lists the groups loaded so far and says some partitions are still loading
-        error = Errors.COORDINATOR_LOAD_IN_PROGRESS if self._loading else Errors.NONE
+        error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self._loading else ErrorCode.NONE
         return {"throttle_time_ms": 0, "error_code": int(error), "groups": listed}
 
     async def _describe_groups(self, v: int, body: Body, _client_id: str, _host: str) -> Body:
@@ -602,7 +602,7 @@ class GroupCoordinator:
             if d is None:
                 d = _described(group_id, GroupState.DEAD, "", "", [])
                 if v >= 6:
-                    d.update(error_code=int(Errors.GROUP_ID_NOT_FOUND), error_message=f"Group {group_id} not found.")
+                    d.update(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND), error_message=f"Group {group_id} not found.")
             elif include_ops:
                 d["authorized_operations"] = _GROUP_OPERATIONS
             out.append(d)
@@ -610,7 +610,7 @@ class GroupCoordinator:
 
     def _describe(self, group_id: str | None) -> Body | None:
         if group_id is None:
-            return {**_described("", GroupState.DEAD, "", "", []), "error_code": int(Errors.INVALID_GROUP_ID)}
+            return {**_described("", GroupState.DEAD, "", "", []), "error_code": int(ErrorCode.INVALID_GROUP_ID)}
         group = self.groups.get(group_id)
         if group is None:
             return None
@@ -633,15 +633,15 @@ class GroupCoordinator:
         deleting: dict[int, list[tuple[int, str]]] = {}
         for i, gid in enumerate(group_ids):
             if gid is None:
-                results[i] = {"group_id": gid, "error_code": int(Errors.INVALID_GROUP_ID)}
+                results[i] = {"group_id": gid, "error_code": int(ErrorCode.INVALID_GROUP_ID)}
                 continue
             group = self.groups.get(gid)
             if group is None or group.is_in(GroupState.DEAD):
-                error = Errors.GROUP_ID_NOT_FOUND
+                error = ErrorCode.GROUP_ID_NOT_FOUND
             elif not group.is_empty:
-                error = Errors.NON_EMPTY_GROUP
+                error = ErrorCode.NON_EMPTY_GROUP
             else:
-                error = Errors.NONE
+                error = ErrorCode.NONE
                 partition = self.topic.partition_for(gid)
                 batches.setdefault(partition, []).extend(self._group_tombstones(gid))
                 deleting.setdefault(partition, []).append((i, gid))
@@ -670,38 +670,38 @@ class GroupCoordinator:
         return {"error_code": 0, **offset_commit_response(topics, {**results, **deleted})}
 
     def delete_offsets(self, group_id: str | None, partitions: list[tuple[str, int]]
-                       ) -> tuple[Errors, dict[tuple[str, int], Errors]]:
+                       ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
         """OffsetDelete (Kafka's handleDeleteOffsets): the committed offsets of `partitions` go, with tombstones in
         `__consumer_offsets`. An Empty group (or one only used for commits) loses any of them; a consumer group
         with members only those of topics it is not subscribed to (GROUP_SUBSCRIBED_TO_TOPIC for the others);
         another group with members none (NON_EMPTY_GROUP). Returns the group's error and each partition's."""
         if group_id is None:
-            return Errors.INVALID_GROUP_ID, {}
+            return ErrorCode.INVALID_GROUP_ID, {}
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
-            return Errors.GROUP_ID_NOT_FOUND, {}
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
         if not group.is_empty and not group.uses_consumer_protocol():
-            return Errors.NON_EMPTY_GROUP, {}
-        results: dict[tuple[str, int], Errors] = {}
+            return ErrorCode.NON_EMPTY_GROUP, {}
+        results: dict[tuple[str, int], ErrorCode] = {}
         eligible = []
         for tp in partitions:
             if group.is_empty or not group.is_subscribed_to_topic(tp[0]):
                 eligible.append(tp)
             else:
-                results[tp] = Errors.GROUP_SUBSCRIBED_TO_TOPIC
+                results[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
         committed = [tp for tp in dict.fromkeys(eligible) if self.offsets.get(group_id, *tp) is not None]
         if committed:
             try:
                 self._append(self.topic.partition_for(group_id),
                              [(encode_offset_commit_key(OffsetCommitKey(group_id, t, p)), None) for t, p in committed])
             except CoordinatorError as exc:
-                return Errors.NONE, {**results, **{tp: group_store_error(exc.error) for tp in eligible}}
+                return ErrorCode.NONE, {**results, **{tp: group_store_error(exc.error) for tp in eligible}}
             for t, p in committed:
                 self.offsets.replay(group_id, t, p, None)
                 self._commit_order.pop((group_id, t, p), None)
             log.info("Deleted the committed offsets of %d partitions of group %s", len(committed), group_id)
-        results.update({tp: Errors.NONE for tp in eligible})
-        return Errors.NONE, results
+        results.update({tp: ErrorCode.NONE for tp in eligible})
+        return ErrorCode.NONE, results
 
     def _group_tombstones(self, group_id: str) -> list[RecordKV]:
         records: list[RecordKV] = [(encode_offset_commit_key(OffsetCommitKey(group_id, t, p)), None)
@@ -847,25 +847,25 @@ def sync_group_response(data: Body) -> Body:
             "protocol_name": data.get("protocol_name"), "assignment": data.get("assignment") or b""}
 
 
-def leave_response(v: int, top: Errors, members: list[Body]) -> Body:
+def leave_response(v: int, top: ErrorCode, members: list[Body]) -> Body:
     members = [{**m, "error_code": int(m["error_code"])} for m in members]
     if v <= 2:
-        error = top or next((m["error_code"] for m in members if m["error_code"]), Errors.NONE)
+        error = top or next((m["error_code"] for m in members if m["error_code"]), ErrorCode.NONE)
         return {"throttle_time_ms": 0, "error_code": int(error), "members": []}
     return {"throttle_time_ms": 0, "error_code": int(top), "members": members}
 
 
-def offset_commit_response(topics: list[Body], results: Mapping[tuple[str, int], Errors]) -> Body:
+def offset_commit_response(topics: list[Body], results: Mapping[tuple[str, int], ErrorCode]) -> Body:
     out = []
     for t in topics:
         parts = [{"partition_index": int(p["partition_index"]),
-                  "error_code": int(results.get((t["name"], int(p["partition_index"])), Errors.NONE))}
+                  "error_code": int(results.get((t["name"], int(p["partition_index"])), ErrorCode.NONE))}
                  for p in t.get("partitions") or []]
         out.append({"name": t["name"], "partitions": parts})
     return {"throttle_time_ms": 0, "topics": out}
 
 
-def _fetched_partition(partition: int, om: OffsetAndMetadata | None, error: Errors = Errors.NONE) -> Body:
+def _fetched_partition(partition: int, om: OffsetAndMetadata | None, error: ErrorCode = ErrorCode.NONE) -> Body:
     if om is None:
         return {"partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
                 "error_code": int(error)}
@@ -875,7 +875,7 @@ def _fetched_partition(partition: int, om: OffsetAndMetadata | None, error: Erro
 
 def offset_fetch_single_response(v: int, group: Body, requested: list[Body] | None) -> Body:
     """OffsetFetch v0-7 (one group): v2+ carry a group error at the top; v0-1 only per partition."""
-    error = Errors(group["error_code"])
+    error = ErrorCode(group["error_code"])
     if error and v < 2:
         topics = [{"name": t["name"], "partitions": [_fetched_partition(int(p), None, error)
                                                      for p in t.get("partition_indexes") or []]}
@@ -904,7 +904,7 @@ def request_groups(api_key: int, body: Body) -> list[str]:
     return [gid] if gid is not None else []
 
 
-def error_response(api_key: int, v: int, body: Body, error: Errors) -> Body:
+def error_response(api_key: int, v: int, body: Body, error: ErrorCode) -> Body:
     """The whole request refused with one error, shaped for its API and version."""
     code = int(error)
     if api_key == ApiKey.JOIN_GROUP:

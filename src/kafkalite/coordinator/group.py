@@ -26,8 +26,8 @@ from typing import Any
 
 from kafkalite.clock import Clock
 from kafkalite.coordinator.consumer_protocol import PROTOCOL_TYPE, decode_subscription_topics
-from kafkalite.coordinator.errors import Errors
 from kafkalite.coordinator.offsets import OffsetAndMetadata
+from kafkalite.error_codes import ErrorCode
 from kafkalite.errors import CorruptRecordError
 
 log = logging.getLogger("kafkalite.coordinator")
@@ -37,7 +37,7 @@ Response = dict[str, Any]
 
 
 def superseded_join(member_id: str) -> Response:
-    return {"error_code": Errors.REBALANCE_IN_PROGRESS, "member_id": member_id, "generation_id": -1,
+    return {"error_code": ErrorCode.REBALANCE_IN_PROGRESS, "member_id": member_id, "generation_id": -1,
             "protocol_type": None, "protocol_name": None, "leader": "", "skip_assignment": False, "members": []}
 
 
@@ -189,10 +189,10 @@ class ClassicGroup:
         """A static member rejoined with a new member id: fence the old id's parked requests and move
         everything it had (protocols, assignment, leadership) to the new id."""
         old = self.members.pop(old_member_id)
-        self.complete_join(old, {"error_code": Errors.FENCED_INSTANCE_ID, "member_id": old_member_id, "members": [],
+        self.complete_join(old, {"error_code": ErrorCode.FENCED_INSTANCE_ID, "member_id": old_member_id, "members": [],
                                  "protocol_name": None, "protocol_type": None, "leader": "",
                                  "skip_assignment": False})
-        self.complete_sync(old, {"error_code": Errors.FENCED_INSTANCE_ID, "assignment": b"", "protocol_name": None,
+        self.complete_sync(old, {"error_code": ErrorCode.FENCED_INSTANCE_ID, "assignment": b"", "protocol_name": None,
                                  "protocol_type": None})
         new = Member(new_member_id, old.group_instance_id, old.client_id, old.client_host, old.rebalance_timeout_ms,
                      old.session_timeout_ms, old.protocol_type, list(old.protocols), old.assignment)
@@ -216,18 +216,18 @@ class ClassicGroup:
     def static_member_id(self, group_instance_id: str) -> str | None:
         return self.static_members.get(group_instance_id)
 
-    def validate_member(self, member_id: str, group_instance_id: str | None) -> Errors:
+    def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode:
         """NONE when the (member id, instance id) pair is a current member; FENCED_INSTANCE_ID for an
         instance id now held by another member id (a zombie of a restarted static member)."""
         if group_instance_id is not None:
             existing = self.static_members.get(group_instance_id)
             if existing is None:
-                return Errors.UNKNOWN_MEMBER_ID
+                return ErrorCode.UNKNOWN_MEMBER_ID
             if existing != member_id:
                 log.info("Member %s of static instance %s in group %s is fenced by member %s", member_id,
                          group_instance_id, self.group_id, existing)
-                return Errors.FENCED_INSTANCE_ID
-        return Errors.NONE if member_id in self.members else Errors.UNKNOWN_MEMBER_ID
+                return ErrorCode.FENCED_INSTANCE_ID
+        return ErrorCode.NONE if member_id in self.members else ErrorCode.UNKNOWN_MEMBER_ID
 
     def awaiting_join_count(self) -> int:
         return sum(1 for m in self.members.values() if m.awaiting_join is not None)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from kafkalite.clock import Clock
 from kafkalite.coordinator.config import CoordinatorConfig
-from kafkalite.coordinator.errors import CoordinatorError, Errors
+from kafkalite.coordinator.errors import CoordinatorError
 from kafkalite.coordinator.group import ClassicGroup, GroupState, Member, Protocols, Response
 from kafkalite.coordinator.offsets_topic import PendingWrite
 from kafkalite.coordinator.records import (
@@ -40,6 +40,7 @@ from kafkalite.coordinator.records import (
     encode_group_metadata_value,
 )
 from kafkalite.coordinator.timer import KeyedTimer
+from kafkalite.error_codes import ErrorCode
 
 log = logging.getLogger("kafkalite.coordinator")
 
@@ -47,7 +48,7 @@ RecordKV = tuple[bytes, bytes | None]
 Persist = Callable[[str, list[RecordKV]], PendingWrite]
 """Appends records for a group to its `__consumer_offsets` partition; raises CoordinatorError on failure."""
 
-WhenCommitted = Callable[[PendingWrite, Callable[[Errors], None]], None]
+WhenCommitted = Callable[[PendingWrite, Callable[[ErrorCode], None]], None]
 """Calls back with NONE once a write is committed (the HW covers it), or with the group error it failed with."""
 
 FutureFactory = Callable[[], "asyncio.Future[Response]"]
@@ -82,12 +83,12 @@ class SyncRequest:
     assignments: dict[str, bytes] = field(default_factory=dict)
 
 
-def join_error(error: Errors, member_id: str = UNKNOWN_MEMBER) -> Response:
+def join_error(error: ErrorCode, member_id: str = UNKNOWN_MEMBER) -> Response:
     return {"error_code": error, "member_id": member_id, "generation_id": -1, "protocol_type": None,
             "protocol_name": None, "leader": "", "skip_assignment": False, "members": []}
 
 
-def sync_response(error: Errors, assignment: bytes = b"", protocol_type: str | None = None,
+def sync_response(error: ErrorCode, assignment: bytes = b"", protocol_type: str | None = None,
                   protocol_name: str | None = None) -> Response:
     return {"error_code": error, "assignment": assignment, "protocol_type": protocol_type,
             "protocol_name": protocol_name}
@@ -127,7 +128,7 @@ class GroupMembership:
         self.clock = clock
         self.timer = timer
         self.persist = persist
-        self.when_committed: WhenCommitted = when_committed or (lambda _write, done: done(Errors.NONE))
+        self.when_committed: WhenCommitted = when_committed or (lambda _write, done: done(ErrorCode.NONE))
         self.groups: dict[str, ClassicGroup] = {}
 
     # --- timer keys ----------------------------------------------------------------------------
@@ -165,13 +166,13 @@ class GroupMembership:
         new_group = group is None
         if group is None:
             if r.member_id != UNKNOWN_MEMBER:
-                respond(join_error(Errors.UNKNOWN_MEMBER_ID, r.member_id))
+                respond(join_error(ErrorCode.UNKNOWN_MEMBER_ID, r.member_id))
                 return
             group = ClassicGroup(r.group_id, self.clock)
             self.groups[r.group_id] = group
         if not self._accept_joining_member(group, r.member_id):
             group.remove(r.member_id)
-            respond(join_error(Errors.GROUP_MAX_SIZE_REACHED))
+            respond(join_error(ErrorCode.GROUP_MAX_SIZE_REACHED))
         elif r.member_id == UNKNOWN_MEMBER:
             self._join_new_member(group, r, respond, future_factory)
         else:
@@ -200,10 +201,10 @@ class GroupMembership:
     def _join_new_member(self, group: ClassicGroup, r: JoinRequest, respond: Callable[[Response], None],
                          future_factory: FutureFactory) -> None:
         if group.is_in(GroupState.DEAD):
-            respond(join_error(Errors.COORDINATOR_NOT_AVAILABLE))
+            respond(join_error(ErrorCode.COORDINATOR_NOT_AVAILABLE))
             return
         if not group.supports_protocols(r.protocol_type, {name for name, _ in r.protocols}):
-            respond(join_error(Errors.INCONSISTENT_GROUP_PROTOCOL))
+            respond(join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
             return
         new_id = group.generate_member_id(r.client_id, r.group_instance_id)
         if r.group_instance_id is not None:
@@ -220,7 +221,7 @@ class GroupMembership:
             gid = group.group_id
             self.timer.schedule(self._heartbeat_key(gid, new_id), r.session_timeout_ms,
                                 lambda: self._expire_heartbeat(gid, new_id))
-            respond(join_error(Errors.MEMBER_ID_REQUIRED, new_id))
+            respond(join_error(ErrorCode.MEMBER_ID_REQUIRED, new_id))
         else:
             self._add_member(group, r, new_id, respond, future_factory)
 
@@ -228,10 +229,10 @@ class GroupMembership:
                               future_factory: FutureFactory) -> None:
         mid = r.member_id
         if group.is_in(GroupState.DEAD):
-            respond(join_error(Errors.COORDINATOR_NOT_AVAILABLE, mid))
+            respond(join_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, mid))
             return
         if not group.supports_protocols(r.protocol_type, {name for name, _ in r.protocols}):
-            respond(join_error(Errors.INCONSISTENT_GROUP_PROTOCOL, mid))
+            respond(join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, mid))
             return
         if mid in group.pending_join_members:
             self._add_member(group, r, mid, respond, future_factory)
@@ -260,11 +261,11 @@ class GroupMembership:
                 respond(self._join_success(group, mid, with_members=False))
         else:
             log.warning("Member %s rejoins group %s in unexpected state %s", mid, group.group_id, group.state)
-            respond(join_error(Errors.UNKNOWN_MEMBER_ID, mid))
+            respond(join_error(ErrorCode.UNKNOWN_MEMBER_ID, mid))
 
     def _join_success(self, group: ClassicGroup, member_id: str, *, with_members: bool,
                       leader: str | None = None, skip_assignment: bool = False) -> Response:
-        return {"error_code": Errors.NONE, "member_id": member_id, "generation_id": group.generation_id,
+        return {"error_code": ErrorCode.NONE, "member_id": member_id, "generation_id": group.generation_id,
                 "protocol_type": group.protocol_type, "protocol_name": group.protocol_name,
                 "leader": group.leader_id if leader is None else leader, "skip_assignment": skip_assignment,
                 "members": group.join_members_view() if with_members else []}
@@ -302,7 +303,7 @@ class GroupMembership:
             if group.protocol_name == group.select_protocol():
                 # Same protocol: no rebalance; persist the new member id, and the member takes over
                 # the old one's assignment at SyncGroup.
-                def stored(error: Errors) -> None:
+                def stored(error: ErrorCode) -> None:
                     if error:
                         log.warning("Failed to persist static member %s of group %s: %s; reverting to member "
                                     "id %s", instance_id, group.group_id, error.name, old_id)
@@ -334,7 +335,7 @@ class GroupMembership:
         elif group.is_in(GroupState.PREPARING_REBALANCE):
             self._maybe_complete_join_phase(group)
         else:
-            raise CoordinatorError(Errors.UNKNOWN_SERVER_ERROR,
+            raise CoordinatorError(ErrorCode.UNKNOWN_SERVER_ERROR,
                                    f"group {group.group_id} in state {group.state} has static member {instance_id}")
 
     # --- rebalance phases ----------------------------------------------------------------------
@@ -347,7 +348,7 @@ class GroupMembership:
 
     def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
         if group.is_in(GroupState.COMPLETING_REBALANCE):
-            self._reset_and_propagate_assignment(group, Errors.REBALANCE_IN_PROGRESS)
+            self._reset_and_propagate_assignment(group, ErrorCode.REBALANCE_IN_PROGRESS)
         self._remove_sync_expiration(group)
         initial = group.is_in(GroupState.EMPTY)
         if initial:
@@ -464,8 +465,8 @@ class GroupMembership:
         """Remove a member, answering whatever it still has parked so no handler waits forever."""
         member = group.members.get(member_id)
         if member is not None:
-            group.complete_join(member, join_error(Errors.UNKNOWN_MEMBER_ID))
-            group.complete_sync(member, sync_response(Errors.UNKNOWN_MEMBER_ID))
+            group.complete_join(member, join_error(ErrorCode.UNKNOWN_MEMBER_ID))
+            group.complete_sync(member, sync_response(ErrorCode.UNKNOWN_MEMBER_ID))
         group.remove(member_id)
         self.timer.cancel(self._heartbeat_key(group.group_id, member_id))
 
@@ -498,16 +499,16 @@ class GroupMembership:
     def sync(self, r: SyncRequest, respond: Callable[[Response], None], future_factory: FutureFactory) -> None:
         group = self.groups.get(r.group_id)
         if group is None or group.is_empty:
-            respond(sync_response(Errors.UNKNOWN_MEMBER_ID))
+            respond(sync_response(ErrorCode.UNKNOWN_MEMBER_ID))
             return
         error = self._validate_sync(group, r)
         if error:
             respond(sync_response(error))
         elif group.is_in(GroupState.PREPARING_REBALANCE):
-            respond(sync_response(Errors.REBALANCE_IN_PROGRESS))
+            respond(sync_response(ErrorCode.REBALANCE_IN_PROGRESS))
         elif group.is_in(GroupState.COMPLETING_REBALANCE):
             member = group.members[r.member_id]
-            group.complete_sync(member, sync_response(Errors.REBALANCE_IN_PROGRESS))  # a given-up older one
+            group.complete_sync(member, sync_response(ErrorCode.REBALANCE_IN_PROGRESS))  # a given-up older one
             member.awaiting_sync = future_factory()
             self._remove_pending_sync_member(group, r.member_id)
             if group.is_leader(r.member_id):
@@ -515,21 +516,21 @@ class GroupMembership:
         elif group.is_in(GroupState.STABLE):
             self._remove_pending_sync_member(group, r.member_id)
             member = group.members[r.member_id]
-            respond(sync_response(Errors.NONE, member.assignment, group.protocol_type, group.protocol_name))
+            respond(sync_response(ErrorCode.NONE, member.assignment, group.protocol_type, group.protocol_name))
         else:
-            respond(sync_response(Errors.COORDINATOR_NOT_AVAILABLE))
+            respond(sync_response(ErrorCode.COORDINATOR_NOT_AVAILABLE))
 
-    def _validate_sync(self, group: ClassicGroup, r: SyncRequest) -> Errors:
+    def _validate_sync(self, group: ClassicGroup, r: SyncRequest) -> ErrorCode:
         if group.is_in(GroupState.DEAD):
-            return Errors.COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         error = group.validate_member(r.member_id, r.group_instance_id)
         if error:
             return error
         if r.generation_id != group.generation_id:
-            return Errors.ILLEGAL_GENERATION
+            return ErrorCode.ILLEGAL_GENERATION
         if _inconsistent(r.protocol_type, group.protocol_type) or _inconsistent(r.protocol_name, group.protocol_name):
-            return Errors.INCONSISTENT_GROUP_PROTOCOL
-        return Errors.NONE
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        return ErrorCode.NONE
 
     def _store_leader_assignment(self, group: ClassicGroup, r: SyncRequest) -> None:
         log.info("Assignment received from leader %s for group %s for generation %d", r.member_id, group.group_id,
@@ -541,7 +542,7 @@ class GroupMembership:
                         group.group_id, group.generation_id)
         generation = r.generation_id
 
-        def stored(error: Errors) -> None:
+        def stored(error: ErrorCode) -> None:
             if not (group.is_in(GroupState.COMPLETING_REBALANCE) and generation == group.generation_id):
                 return  # the group moved on while the write was being replicated
             if error:
@@ -551,12 +552,12 @@ class GroupMembership:
                 return
             for m in group.members.values():
                 m.assignment = assignment.get(m.member_id, b"")
-            self._propagate_assignment(group, Errors.NONE)
+            self._propagate_assignment(group, ErrorCode.NONE)
             group.transition_to(GroupState.STABLE)
 
         self._store(group.group_id, [group_metadata_record(group, assignment)], stored)
 
-    def _store(self, group_id: str, records: list[RecordKV], done: Callable[[Errors], None]) -> None:
+    def _store(self, group_id: str, records: list[RecordKV], done: Callable[[ErrorCode], None]) -> None:
         """Write group metadata with acks=all (Kafka's storeGroup): `done(error)` once the write is
         committed or failed; at once when the append fails or one replica is all there is."""
         try:
@@ -566,13 +567,13 @@ class GroupMembership:
             return
         self.when_committed(write, done)
 
-    def _reset_and_propagate_assignment(self, group: ClassicGroup, error: Errors) -> None:
+    def _reset_and_propagate_assignment(self, group: ClassicGroup, error: ErrorCode) -> None:
         for m in group.members.values():
             m.assignment = b""
         self._propagate_assignment(group, error)
 
-    def _propagate_assignment(self, group: ClassicGroup, error: Errors) -> None:
-        ok = error == Errors.NONE
+    def _propagate_assignment(self, group: ClassicGroup, error: ErrorCode) -> None:
+        ok = error == ErrorCode.NONE
         for m in group.members.values():
             response = sync_response(error, m.assignment, group.protocol_type if ok else None,
                                      group.protocol_name if ok else None)
@@ -582,46 +583,48 @@ class GroupMembership:
 
     # --- Heartbeat -----------------------------------------------------------------------------
 
-    def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> Errors:
+    def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> ErrorCode:
         group = self.groups.get(group_id)
         if group is None:
-            return Errors.UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if group.is_in(GroupState.DEAD):
-            return Errors.COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         error = group.validate_member(member_id, group_instance_id)
         if error:
             return error
         if generation_id != group.generation_id:
-            return Errors.ILLEGAL_GENERATION
+            return ErrorCode.ILLEGAL_GENERATION
         if group.is_in(GroupState.EMPTY):
-            return Errors.UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         self.reschedule_heartbeat(group, group.members[member_id])
         if group.is_in(GroupState.PREPARING_REBALANCE):
-            return Errors.REBALANCE_IN_PROGRESS
-        return Errors.NONE
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
 
     # --- LeaveGroup ----------------------------------------------------------------------------
 
-    def leave(self, group_id: str, leaving: list[tuple[str, str | None, str | None]]) -> tuple[Errors, list[Response]]:
+    def leave(self, group_id: str, leaving: list[tuple[str, str | None, str | None]]
+              ) -> tuple[ErrorCode, list[Response]]:
         """Remove members given as (member id, group instance id, reason); returns the top-level error and
         one result per member. A member id of "" with an instance id removes that static member (admin)."""
         group = self.groups.get(group_id)
         if group is None:
-            return Errors.NONE, [{"member_id": mid, "group_instance_id": iid, "error_code": Errors.UNKNOWN_MEMBER_ID}
-                                 for mid, iid, _ in leaving]
+            return ErrorCode.NONE, [
+                {"member_id": mid, "group_instance_id": iid, "error_code": ErrorCode.UNKNOWN_MEMBER_ID}
+                for mid, iid, _ in leaving]
         if group.is_in(GroupState.DEAD):
-            return Errors.COORDINATOR_NOT_AVAILABLE, []
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
         results: list[Response] = []
         removed = []
         for mid, iid, reason in leaving:
-            error = Errors.NONE
+            error = ErrorCode.NONE
             if mid == UNKNOWN_MEMBER:
                 static_id = group.static_member_id(iid) if iid is not None else None
                 if static_id is not None:
                     self._drop_member(group, static_id)
                     removed.append(static_id)
                 else:
-                    error = Errors.UNKNOWN_MEMBER_ID
+                    error = ErrorCode.UNKNOWN_MEMBER_ID
             elif mid in group.pending_join_members:
                 group.remove(mid)
                 self.timer.cancel(self._heartbeat_key(group_id, mid))
@@ -634,12 +637,12 @@ class GroupMembership:
                 log.info("Member %s has left group %s through an explicit LeaveGroup request; client reason: %s",
                          mid or iid, group_id, reason or "not provided")
             results.append({"member_id": mid, "group_instance_id": iid, "error_code": error})
-        if any(r["error_code"] == Errors.NONE for r in results):
+        if any(r["error_code"] == ErrorCode.NONE for r in results):
             if group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
                 self._maybe_prepare_rebalance_or_complete_join(group, f"explicit LeaveGroup of {removed}")
             elif group.is_in(GroupState.PREPARING_REBALANCE):
                 self._maybe_complete_join_phase(group)
-        return Errors.NONE, results
+        return ErrorCode.NONE, results
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -652,7 +655,7 @@ class GroupMembership:
             if len(group.members) > self.config.group_max_size:
                 self._prepare_rebalance(group, "group size above group.max.size after loading")
 
-    def unload(self, group_ids: Iterable[str], error: Errors = Errors.NOT_COORDINATOR) -> None:
+    def unload(self, group_ids: Iterable[str], error: ErrorCode = ErrorCode.NOT_COORDINATOR) -> None:
         """Forget these groups (their partition moved away): parked requests get `error`, timers stop."""
         for gid in list(group_ids):
             group = self.groups.pop(gid, None)
@@ -663,7 +666,7 @@ class GroupMembership:
                 group.complete_sync(member, sync_response(error))
             self.cancel_group_timers(group)
 
-    def shutdown(self, error: Errors = Errors.NOT_COORDINATOR) -> None:
+    def shutdown(self, error: ErrorCode = ErrorCode.NOT_COORDINATOR) -> None:
         """Answer every parked request (clients then look for the coordinator again) and stop the timers."""
         for group in self.groups.values():
             for member in group.members.values():

@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from kafkalite.broker.partition import Partition
 from kafkalite.clock import Clock
 from kafkalite.coordinator.config import OFFSETS_TOPIC, CoordinatorConfig, coordinator_key_partition
 from kafkalite.manager.log_manager import LogManager
@@ -33,6 +32,7 @@ from kafkalite.protocol.error_codes import ErrorCode
 from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.records.compression import CompressionType
 from kafkalite.records.control import ControlRecordType, parse_control_type
+from kafkalite.replication.partition import Partition
 from kafkalite.storage.log import FetchIsolation, Log
 from kafkalite.storage.producer_state import AppendOrigin
 

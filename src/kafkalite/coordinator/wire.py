@@ -1,21 +1,30 @@
-"""Kafka's message-schema primitives, just enough for the coordinator's own record and protocol bytes.
+"""Kafka's message-schema primitives, as the coordinator's own record and protocol bytes need them.
 
 The `__consumer_offsets` records and the embedded consumer protocol are generated from Kafka's JSON
 schemas with the same primitive types as the wire protocol (int16 length strings, int32 length bytes,
-and, in flexible versions, unsigned-varint "compact" lengths plus tagged fields). The coordinator owns
-these few formats, so it carries this small reader/writer instead of depending on the request codec.
+and, in flexible versions, unsigned-varint "compact" lengths plus tagged fields). `Writer` and `Reader`
+are a cursor over the protocol layer's own primitives (`protocol/primitives.py`), so each format is
+written once; what they add is the coordinator's error: a record that does not parse is a
+CorruptRecordError (CORRUPT_MESSAGE) naming the field, not a malformed request.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import TypeVar
 
 from kafkalite.errors import CorruptRecordError
+from kafkalite.protocol import primitives as p
+from kafkalite.protocol.exceptions import ProtocolDecodeError
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+# what reading past the end or a bad length raises in the primitives
+_UNREADABLE = (ProtocolDecodeError, IndexError, struct.error, UnicodeDecodeError, ValueError)
+T = TypeVar("T")
 
 
 class Writer:
@@ -43,35 +52,17 @@ class Writer:
         return self
 
     def uvarint(self, v: int) -> Writer:
-        while v >= 0x80:
-            self.buf.append((v & 0x7F) | 0x80)
-            v >>= 7
-        self.buf.append(v)
+        self.buf += p.uvarint(v)
         return self
 
     def string(self, s: str | None, *, compact: bool = False) -> Writer:
         """STRING / NULLABLE_STRING (int16 length, -1 = null) or their compact forms (uvarint len+1)."""
-        if s is None:
-            return self.uvarint(0) if compact else self.int16(-1)
-        data = s.encode()
-        if compact:
-            self.uvarint(len(data) + 1)
-        else:
-            if len(data) > 0x7FFF:
-                raise ValueError(f"string of {len(data)} bytes is longer than a schema string allows (32767)")
-            self.int16(len(data))
-        self.buf += data
+        (p.write_compact_nullable_string if compact else p.write_nullable_string)(self.buf, s)
         return self
 
     def bytes_(self, b: bytes | None, *, compact: bool = False) -> Writer:
         """BYTES / NULLABLE_BYTES (int32 length, -1 = null) or their compact forms."""
-        if b is None:
-            return self.uvarint(0) if compact else self.int32(-1)
-        if compact:
-            self.uvarint(len(b) + 1)
-        else:
-            self.int32(len(b))
-        self.buf += b
+        (p.write_compact_nullable_bytes if compact else p.write_nullable_bytes)(self.buf, b)
         return self
 
     def array_len(self, n: int | None, *, compact: bool = False) -> Writer:
@@ -88,25 +79,30 @@ class Writer:
 
 
 class Reader:
-    """Reads schema primitives from bytes; any overrun is a CorruptRecordError naming the field."""
+    """Reads schema primitives from bytes; anything that does not parse is a CorruptRecordError naming the field."""
 
-    __slots__ = ("buf", "pos")
+    __slots__ = ("buf", "pos", "view")
 
     def __init__(self, buf: bytes | bytearray | memoryview, pos: int = 0) -> None:
         self.buf = bytes(buf)
+        self.view = memoryview(self.buf)
         self.pos = pos
 
-    def _take(self, n: int, what: str) -> bytes:
-        end = self.pos + n
-        if n < 0 or end > len(self.buf):
-            raise CorruptRecordError(f"{what}: needs {n} bytes at position {self.pos}, only "
-                                     f"{len(self.buf) - self.pos} left")
-        out = self.buf[self.pos:end]
-        self.pos = end
-        return out
+    def _read(self, read: Callable[[memoryview, int], tuple[T, int]], what: str) -> T:
+        try:
+            value, self.pos = read(self.view, self.pos)
+        except _UNREADABLE as exc:
+            raise CorruptRecordError(f"{what} at position {self.pos} of {len(self.buf)} bytes: {exc}") from None
+        return value
 
     def _unpack(self, st: struct.Struct, what: str) -> int:
-        return st.unpack(self._take(st.size, what))[0]
+        end = self.pos + st.size
+        if end > len(self.buf):
+            raise CorruptRecordError(f"{what}: needs {st.size} bytes at position {self.pos}, only "
+                                     f"{len(self.buf) - self.pos} left")
+        value = st.unpack_from(self.buf, self.pos)[0]
+        self.pos = end
+        return value
 
     def int8(self, what: str = "int8") -> int:
         return self._unpack(_I8, what)
@@ -121,58 +117,34 @@ class Reader:
         return self._unpack(_I64, what)
 
     def uvarint(self, what: str = "varint") -> int:
-        shift = value = 0
-        while True:
-            b = self._take(1, what)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-            if shift > 35:
-                raise CorruptRecordError(f"{what}: unsigned varint longer than 5 bytes")
-
-    def _length(self, compact: bool, wide: bool, what: str) -> int:
-        if compact:
-            return self.uvarint(what) - 1
-        return self.int32(what) if wide else self.int16(what)
+        return self._read(p.read_uvarint, what)
 
     def nullable_string(self, what: str = "string", *, compact: bool = False) -> str | None:
-        n = self._length(compact, False, what)
-        if n < 0:
-            return None
-        try:
-            return self._take(n, what).decode()
-        except UnicodeDecodeError as exc:
-            raise CorruptRecordError(f"{what}: not UTF-8 ({exc})") from None
+        return self._read(p.read_compact_nullable_string if compact else p.read_nullable_string, what)
 
     def string(self, what: str = "string", *, compact: bool = False) -> str:
-        s = self.nullable_string(what, compact=compact)
-        if s is None:
-            raise CorruptRecordError(f"{what}: null where the schema allows no null")
-        return s
+        return self._read(p.read_compact_string if compact else p.read_string, what)
 
     def nullable_bytes(self, what: str = "bytes", *, compact: bool = False) -> bytes | None:
-        n = self._length(compact, True, what)
-        return None if n < 0 else self._take(n, what)
+        return self._read(p.read_compact_nullable_bytes if compact else p.read_nullable_bytes, what)
 
     def bytes_(self, what: str = "bytes", *, compact: bool = False) -> bytes:
-        b = self.nullable_bytes(what, compact=compact)
-        if b is None:
-            raise CorruptRecordError(f"{what}: null where the schema allows no null")
-        return b
+        return self._read(p.read_compact_bytes if compact else p.read_bytes, what)
 
     def array_len(self, what: str = "array", *, compact: bool = False) -> int:
         """Element count; a null array reads as 0 elements (callers that care check for -1 themselves)."""
-        n = self._length(compact, True, what)
+        n = self.uvarint(what) - 1 if compact else self.int32(what)
         if n > len(self.buf) - self.pos:
             raise CorruptRecordError(f"{what}: {n} elements cannot fit in {len(self.buf) - self.pos} bytes")
         return max(n, 0)
 
     def skip_tagged_fields(self, what: str = "tagged fields") -> None:
         """Tagged fields this reader does not know are skipped, as Kafka's generated readers do."""
-        for _ in range(self.uvarint(what)):
-            self.uvarint(what)
-            self._take(self.uvarint(what), what)
+        self._read(_skip_tagged_fields, what)
 
     def remaining(self) -> int:
         return len(self.buf) - self.pos
+
+
+def _skip_tagged_fields(view: memoryview, pos: int) -> tuple[None, int]:
+    return None, p.skip_tagged_fields(view, pos)

@@ -103,3 +103,11 @@ class ApiKey(IntEnum):
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
+
+
+def api_name(key: int) -> str:
+    """Kafka's name of an API key, or "API n" for a key this table does not know (for logs and errors)."""
+    try:
+        return ApiKey(key).name
+    except ValueError:
+        return f"API {key}"

@@ -21,6 +21,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from kafkalite.error_codes import ErrorCode
 from kafkalite.protocol.api_keys import ApiKey
 from kafkalite.protocol.compiler import compile_decoder, compile_encoder
 from kafkalite.protocol.exceptions import ProtocolDecodeError, ProtocolError, UnsupportedVersionError
@@ -31,7 +32,6 @@ from kafkalite.protocol.schema import Message
 _HEADER = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 _I32 = struct.Struct(">i")
 _DECODE_ERRORS = (struct.error, IndexError, ValueError, OverflowError, TypeError)
-_UNSUPPORTED_VERSION = 35
 
 
 class RequestHeader(NamedTuple):
@@ -239,7 +239,7 @@ def decode_response(api_key: int, api_version: int,
         correlation_id = _I32.unpack_from(mv, 0)[0]
         pos = 4
         if api_key == ApiKey.API_VERSIONS and api_version > 0 and \
-                struct.unpack_from(">h", mv, pos)[0] == _UNSUPPORTED_VERSION:
+                struct.unpack_from(">h", mv, pos)[0] == ErrorCode.UNSUPPORTED_VERSION:
             decode = _codec(_response_decoders, api_key, 0, True, False)
         elif _response_header_is_flexible(api_key, api_version):
             pos = skip_tagged_fields(mv, pos)

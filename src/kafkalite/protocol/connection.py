@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from kafkalite.protocol.api_keys import ApiKey
+from kafkalite.protocol.api_keys import ApiKey, api_name
 from kafkalite.protocol.codec import (
     SUPPORTED_VERSIONS,
     RequestHeader,
@@ -216,7 +216,7 @@ class ClientConnection:
         got, body = decode_response(pending.api_key, pending.api_version, frame)
         if got != pending.correlation_id:
             raise CorrelationError(f"Correlation id for response ({got}) does not match request "
-                                   f"({pending.correlation_id}) of {_api_name(pending.api_key)} "
+                                   f"({pending.correlation_id}) of {api_name(pending.api_key)} "
                                    f"v{pending.api_version}")
         return pending, body
 
@@ -249,6 +249,11 @@ class Reply(NamedTuple):
 
 class RefusedRequest(ProtocolError):
     """A request the broker does not answer: Kafka closes the connection. The message says why."""
+
+
+class CloseConnection(Exception):
+    """A handler's word that the connection must be dropped, with no answer: Kafka's answer to an acks=0
+    produce that failed (the client learns of it only by the closed connection). The message says why."""
 
 
 class ServerConnection:
@@ -287,7 +292,7 @@ class ServerConnection:
         except UnsupportedVersionError as exc:
             raise RefusedRequest(str(exc), header) from None
         except ProtocolDecodeError as exc:
-            raise RefusedRequest(f"malformed {_api_name(header.api_key)} v{header.api_version} request ({exc})",
+            raise RefusedRequest(f"malformed {api_name(header.api_key)} v{header.api_version} request ({exc})",
                                  header) from None
 
     @staticmethod
@@ -296,8 +301,3 @@ class ServerConnection:
         return encode_response(header, body)
 
 
-def _api_name(key: int) -> str:
-    try:
-        return ApiKey(key).name
-    except ValueError:
-        return f"API {key}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kafkalite.error_codes import ErrorCode
 from kafkalite.errors import KafkaliteError
 
 if TYPE_CHECKING:
@@ -26,10 +27,10 @@ class ProtocolError(KafkaliteError):
 class UnsupportedVersionError(ProtocolError):
     """The API key is unknown or its version is outside what our schemas cover (UNSUPPORTED_VERSION)."""
 
-    error_code = 35
+    error_code = ErrorCode.UNSUPPORTED_VERSION
 
 
 class ProtocolDecodeError(ProtocolError):
     """Truncated or malformed bytes: short reads, negative or oversized lengths, bad UTF-8 (INVALID_REQUEST)."""
 
-    error_code = 42
+    error_code = ErrorCode.INVALID_REQUEST

@@ -56,6 +56,11 @@ class PatternType(enum.IntEnum):
     PREFIXED = 4
 
 
+# The `*_authorized_operations` of Metadata, DescribeCluster and DescribeGroups when the client did not ask for
+# them (Kafka's MetadataResponse.AUTHORIZED_OPERATIONS_OMITTED: Integer.MIN_VALUE)
+AUTHORIZED_OPS_OMITTED = -2147483648
+
+
 class AclOperation(enum.IntEnum):
     """org.apache.kafka.common.acl.AclOperation codes."""
 

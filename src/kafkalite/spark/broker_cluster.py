@@ -20,7 +20,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from kafkalite.backoff import Backoff as PacedRetries
 from kafkalite.client import BrokerConnection, KafkaClient
+from kafkalite.error_codes import RETRIABLE as KAFKA_RETRIABLE
+from kafkalite.error_codes import error_name
 from kafkalite.protocol import ApiKey, ErrorCode
 from kafkalite.spark.backend import TopicPartition
 from kafkalite.spark.broker_settings import BrokerSettings
@@ -30,21 +33,10 @@ log = logging.getLogger("kafkalite.spark")
 
 T = TypeVar("T")
 
-# Errors Kafka's clients treat as transient (RetriableException subclasses) that can reach us.
-RETRIABLE = frozenset({
-    ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT,
-    ErrorCode.BROKER_NOT_AVAILABLE, ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION,
-    ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.KAFKA_STORAGE_ERROR,
-    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.OFFSET_NOT_AVAILABLE,
-    ErrorCode.NOT_CONTROLLER, ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-})
-
-
-def error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error {code}"
+# Errors retried until kafka.default.api.timeout.ms: Kafka's RetriableException set, less a corrupt answer
+# (reported at once: a retry reads the same bytes), plus BROKER_NOT_AVAILABLE, which kafkalite's client answers
+# for a broker it cannot reach (a restart, a leader moving).
+RETRIABLE = (KAFKA_RETRIABLE - {ErrorCode.CORRUPT_MESSAGE}) | {ErrorCode.BROKER_NOT_AVAILABLE}
 
 
 class RetriableError(Exception):
@@ -204,17 +196,16 @@ class Backoff:
     def reset(self) -> None:
         """Progress was made: the next failure starts a fresh budget."""
         settings = self.cluster.settings
-        self.deadline = time.monotonic() + settings.api_timeout_ms / 1000
-        self.delay = settings.retry_backoff_ms / 1000
+        self.pacing = PacedRetries(settings.retry_backoff_ms / 1000, 1.0, settings.api_timeout_ms / 1000)
 
     def failed(self, exc: BaseException) -> None:
         """Wait before the next attempt (connections and leaders forgotten), or give up."""
         settings = self.cluster.settings
-        if time.monotonic() + self.delay > self.deadline:
+        delay = self.pacing.next_delay()
+        if delay is None:
             raise BrokerError(f"{self.what} failed: {exc} (still failing after {settings.api_timeout_ms} ms of "
                               f"retries; kafka.bootstrap.servers={settings.bootstrap_servers}; "
                               "kafka.default.api.timeout.ms sets how long to retry)") from None
-        log.info("%s: %s; retrying in %.0f ms", self.what, exc, self.delay * 1000)
+        log.info("%s: %s; retrying in %.0f ms", self.what, exc, delay * 1000)
         self.cluster.reset()
-        time.sleep(self.delay)
-        self.delay = min(max(self.delay, 0.01) * 2, 1.0)
+        time.sleep(delay)

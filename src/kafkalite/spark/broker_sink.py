@@ -24,9 +24,10 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from kafkalite.client import BrokerConnection, produce_request
+from kafkalite.error_codes import error_name
 from kafkalite.protocol import ApiKey, ErrorCode
 from kafkalite.spark.backend import StagedBatches, StagedFile, TopicPartition
-from kafkalite.spark.broker_cluster import RETRIABLE, Cluster, RetriableError, error_name
+from kafkalite.spark.broker_cluster import RETRIABLE, Cluster, RetriableError
 from kafkalite.spark.broker_settings import BrokerSettings
 from kafkalite.spark.errors import SinkError, UnknownTopicError
 

@@ -24,11 +24,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from kafkalite.client import READ_COMMITTED, KafkaClientError, fetch_request
+from kafkalite.error_codes import error_name
 from kafkalite.protocol import ApiKey, ErrorCode
 from kafkalite.records.batch import LOG_OVERHEAD, PREFIX
 from kafkalite.spark.arrow_decode import RawChunk
 from kafkalite.spark.backend import LogTruncatedError, OffsetBounds, RangeMovedError, TopicPartition
-from kafkalite.spark.broker_cluster import RETRIABLE, Cluster, RetriableError, error_name
+from kafkalite.spark.broker_cluster import RETRIABLE, Cluster, RetriableError
 from kafkalite.spark.broker_records import drop_aborted
 from kafkalite.spark.broker_settings import BrokerSettings
 from kafkalite.spark.errors import BrokerError, UnknownTopicError

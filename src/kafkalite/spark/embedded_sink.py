@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from kafkalite.broker.partition import Partition
 from kafkalite.errors import DirectoryLockedError
 from kafkalite.manager.log_manager import LogManager
+from kafkalite.replication.partition import Partition
 from kafkalite.spark.backend import StagedBatches, StagedFile, TopicPartition
 from kafkalite.spark.errors import SinkError
 from kafkalite.storage import names

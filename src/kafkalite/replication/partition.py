@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kafkalite.config.registry import default as config_default
 from kafkalite.errors import (
     FencedLeaderEpochError,
     KafkaliteError,
@@ -49,7 +50,7 @@ def monotonic_ms() -> int:
 NO_LEADER = -1
 NO_EPOCH = -1
 UNKNOWN_OFFSET = -1
-DEFAULT_LAG_TIME_MAX_MS = 30000  # replica.lag.time.max.ms
+DEFAULT_LAG_TIME_MAX_MS: int = config_default("replica.lag.time.max.ms")  # the registry is its one home
 NEVER_MS = -(2**62)  # "never caught up" on the monotonic clock, which may be small after boot
 
 
