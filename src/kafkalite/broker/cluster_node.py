@@ -43,6 +43,7 @@ from kafkalite.cluster import znodes as z
 from kafkalite.cluster.assignment import assign_replicas
 from kafkalite.cluster.channel import request_once
 from kafkalite.cluster.controller import LEADER_DURING_DELETE, Controller, ControllerSettings, TopicPartition
+from kafkalite.cluster.controller_events import Marker
 from kafkalite.cluster.metadata_cache import MetadataCache
 from kafkalite.cluster.store import ClusterStore
 from kafkalite.coordinator.config import OFFSETS_TOPIC, coordinator_key_partition
@@ -221,7 +222,7 @@ class ClusterNode:
 
         async def marker() -> None:  # runs after the failover's event: its requests are queued before ours
             self.controller.channels.send(self.node_id, ApiKey.API_VERSIONS, 0, {}, answered)
-        self.controller.enqueue(marker)
+        self.controller.enqueue(Marker(marker, "the starting broker waits for its controller's requests"))
         try:
             await asyncio.wait_for(done, max(0.0, deadline - loop.time()))
         except TimeoutError:

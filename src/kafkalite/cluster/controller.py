@@ -23,12 +23,15 @@ keep the deletion waiting until their broker comes back and is sent its StopRepl
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from kafkalite.cluster import controller_events as ev
+from kafkalite.cluster import elections
 from kafkalite.cluster import znodes as z
 from kafkalite.cluster.channel import ControllerChannels
 from kafkalite.cluster.reassignment import ReplicaSets, invalid_target
@@ -61,7 +64,6 @@ class ControllerSettings:
 
 
 TopicPartition = tuple[str, int]
-Event = Callable[[], Awaitable[None]]
 T = TypeVar("T")
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types
 FIRST_REBALANCE_DELAY_S = 5.0  # Kafka's first auto-rebalance check after a failover
@@ -97,7 +99,7 @@ class Controller:
         self.assignments: dict[str, TopicAssignment] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
         self.channels = ControllerChannels(self.settings.security, self_id=broker_id)
-        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._queue: asyncio.Queue[ev.ControllerEvent] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._watching = False
         self._watched_topics: set[str] = set()
@@ -115,7 +117,7 @@ class Controller:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="controller-events")
-        self.store.watch_data(z.CONTROLLER, lambda _data: self.enqueue(self._on_controller_change))
+        self.store.watch_data(z.CONTROLLER, lambda _data: self.enqueue(ev.ControllerChange(self._on_controller_change)))
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -125,7 +127,7 @@ class Controller:
                 log.error("The controller's event task did not stop within 10 s; going on with the shutdown")
         await self._resign("the broker is stopping")
 
-    def enqueue(self, event: Event) -> None:
+    def enqueue(self, event: ev.ControllerEvent) -> None:
         self._queue.put_nowait(event)
 
     def reelect(self) -> None:
@@ -133,19 +135,19 @@ class Controller:
         async def event() -> None:
             await self._resign("its ZooKeeper session was lost")
             await self._elect()
-        self.enqueue(event)
+        self.enqueue(ev.Reelect(event))
 
     async def _run(self) -> None:
         while True:
             event = await self._queue.get()
             try:
-                await event()
+                await event.run()
             except NotControllerError as exc:
                 await self._resign(str(exc))
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("Controller event %s failed", getattr(event, "__name__", event))
+                log.exception("Controller event %s failed", event)
 
     # --- election ------------------------------------------------------------------------------------
 
@@ -197,9 +199,10 @@ class Controller:
         for partitions that need them, LeaderAndIsr to every live replica, and pending deletions."""
         if not self._watching:
             self._watching = True
-            self.store.watch_children(z.BROKER_IDS, lambda _c: self.enqueue(self._on_broker_change))
-            self.store.watch_children(z.BROKER_TOPICS, lambda _c: self.enqueue(self._on_topic_change))
-            self.store.watch_children(z.DELETE_TOPICS, lambda _c: self.enqueue(self._on_topic_deletion))
+            self.store.watch_children(z.BROKER_IDS, lambda _c: self.enqueue(ev.BrokerChange(self._on_broker_change)))
+            self.store.watch_children(z.BROKER_TOPICS, lambda _c: self.enqueue(ev.TopicChange(self._on_topic_change)))
+            self.store.watch_children(z.DELETE_TOPICS,
+                                      lambda _c: self.enqueue(ev.TopicDeletion(self._on_topic_deletion)))
             self.store.watch_children(z.ISR_CHANGE, self._isr_change_watch)
         self.live = await self.store.brokers()
         for reg in self.live.values():
@@ -266,7 +269,7 @@ class Controller:
 
     def _partition_watch(self, topic: str) -> Callable[[bytes | None], None]:
         def changed(_data: bytes | None) -> None:
-            self.enqueue(lambda: self._on_partition_change(topic))
+            self.enqueue(ev.PartitionModifications(functools.partial(self._on_partition_change, topic), topic))
         return changed
 
     def _all_partitions(self) -> list[TopicPartition]:
@@ -423,7 +426,7 @@ class Controller:
                     return
                 d.pending -= {(broker_id, p) for p in done}
                 await self._complete_deletion(topic)
-            self.enqueue(event)
+            self.enqueue(ev.TopicDeletionStopReplicaResponseReceived(event, f"{topic} from broker {broker_id}"))
         return answered
 
     async def _complete_deletion(self, topic: str) -> None:
@@ -442,7 +445,7 @@ class Controller:
     def _isr_change_watch(self, children: list[str]) -> None:
         names = self._isr_notes = sorted(children)
         if names:
-            self.enqueue(lambda: self._on_isr_change(names))
+            self.enqueue(ev.IsrChangeNotification(functools.partial(self._on_isr_change, names)))
 
     async def _on_isr_change(self, names: list[str]) -> None:
         """Leaders wrote new ISRs themselves (a compare-and-set, reference §1.2) and left notifications: re-read
@@ -496,27 +499,32 @@ class Controller:
             await self._init_partitions(new)
 
     async def _elect_one(self, tp: TopicPartition, state: PartitionState) -> bool:
-        """Offline election (§2.3); a changed state is written, True if it was."""
-        replicas = self._replicas(tp)
-        live_isr = [b for b in replicas if self._electable(b) and b in state.isr]
-        if live_isr:
-            target = replace(state, leader=live_isr[0], isr=tuple(b for b in state.isr if b in self.live))
-        else:
-            live = [b for b in replicas if self._electable(b)]
-            if live and await self._unclean_allowed(tp[0]):
-                log.warning("Unclean leader election for %s-%d: broker %d was not in the ISR %s; records only "
-                            "the old leader had are lost", *tp, live[0], list(state.isr))
-                target = replace(state, leader=live[0], isr=(live[0],))
-            else:
-                isr = tuple(b for b in state.isr if b in self.live) or state.isr[-1:]
-                target = replace(state, leader=NO_LEADER, isr=isr)
-                if (target.leader, target.isr) == (state.leader, state.isr):
-                    return False
+        """Offline election (Kafka's OfflinePartitionLeaderElectionStrategy); a changed state is written, True if
+        it was. Without a replica that can lead, the partition is offline: no leader, the ISR kept as it was
+        (its live members, or its last one) so that the replica with every committed record is known."""
+        replicas, electable = self._replicas(tp), self._electable_now()
+        unclean = False
+        if not elections.in_sync_candidates(replicas, state.isr, electable) and any(b in electable for b in replicas):
+            unclean = await self._unclean_allowed(tp[0])  # a store read: asked only when it decides
+        choice = elections.offline(replicas, state.isr, electable, unclean, stay_in_sync=self.live)
+        if choice is None:
+            target = replace(state, leader=NO_LEADER, isr=tuple(b for b in state.isr if b in self.live)
+                             or state.isr[-1:])
+            if (target.leader, target.isr) != (state.leader, state.isr):
                 log.warning("Partition %s-%d has no live in-sync replica (ISR %s): it is offline until one "
                             "returns", *tp, list(state.isr))
+        else:
+            self._warn_if_unclean(f"{tp[0]}-{tp[1]}", choice, state)
+            target = replace(state, leader=choice[0], isr=choice[1])
         if (target.leader, target.isr) == (state.leader, state.isr):
             return False
         return await self._write(tp, replace(target, leader_epoch=state.leader_epoch + 1))
+
+    @staticmethod
+    def _warn_if_unclean(what: str, choice: elections.Choice, state: PartitionState) -> None:
+        if choice[0] not in state.isr:
+            log.warning("Unclean leader election for %s: broker %d was not in the ISR %s; records only the old leader "
+                        "had are lost", what, choice[0], list(state.isr))
 
     async def _unclean_allowed(self, topic: str) -> bool:
         if self._topic_unclean is not None:
@@ -550,7 +558,11 @@ class Controller:
         """Live and not in controlled shutdown (Kafka's isReplicaOnline without shutting-down brokers)."""
         return b in self.live and b not in self.shutting_down
 
-    async def _call(self, fn: Callable[[], Awaitable[T]], timeout_s: float) -> T:
+    def _electable_now(self) -> set[int]:
+        """The brokers that may lead now (`_electable`), as the set `elections` takes."""
+        return {b for b in self.live if b not in self.shutting_down}
+
+    async def _call(self, api: str, fn: Callable[[], Awaitable[T]], timeout_s: float) -> T:
         """Run `fn` as an event on the controller's queue and wait for its result (a request handler's way
         in); NotControllerError if this broker is not the controller, now or when the event runs."""
         self._require()
@@ -568,7 +580,7 @@ class Controller:
                 raise
             if not done.done():
                 done.set_result(result)
-        self.enqueue(event)
+        self.enqueue(ev.ApiCall(event, api))
         return await asyncio.wait_for(asyncio.shield(done), timeout_s)
 
     async def _fresh(self, tp: TopicPartition) -> PartitionState | None:
@@ -585,7 +597,7 @@ class Controller:
         return state
 
     async def _elect_with(self, tp: TopicPartition,
-                          choose: Callable[[PartitionState, list[int]], tuple[int, tuple[int, ...]] | None]
+                          choose: Callable[[PartitionState, list[int]], elections.Choice | None]
                           ) -> bool:
         """Elect with `choose(state, replicas) -> (leader, isr)` (None: no candidate) from the current state,
         leader epoch + 1, written conditionally; a write that lost a race is retried on the newer state."""
@@ -605,7 +617,8 @@ class Controller:
                                   ) -> list[TopicPartition]:
         """The ControlledShutdown request: the partitions `broker_id` still leads once leadership has moved
         where it could. Raises NotControllerError, StaleBrokerEpochError or BrokerNotAvailableError."""
-        return await self._call(lambda: self._do_controlled_shutdown(broker_id, broker_epoch), timeout_s)
+        return await self._call("ControlledShutdown", functools.partial(self._do_controlled_shutdown, broker_id,
+                                                                        broker_epoch), timeout_s)
 
     async def _do_controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[TopicPartition]:
         self._require()
@@ -624,21 +637,16 @@ class Controller:
             if len(replicas) > 1 and broker_id in replicas and tp in self.states:
                 (led if self.states[tp].leader == broker_id else followed).append(tp)
 
-        def away(state: PartitionState, replicas: list[int]) -> tuple[int, tuple[int, ...]] | None:
-            # Kafka's ControlledShutdownPartitionLeaderElectionStrategy
-            if state.leader != broker_id:
-                return None  # moved meanwhile
-            leader = next((b for b in replicas if self._electable(b) and b in state.isr), None)
-            if leader is None:
-                return None
-            return leader, tuple(b for b in state.isr if b not in self.shutting_down)
+        def away(state: PartitionState, replicas: list[int]) -> elections.Choice | None:
+            return elections.controlled_shutdown(replicas, state.leader, state.isr, broker_id, self._electable_now(),
+                                                 self.shutting_down)
         moved = [tp for tp in led if await self._elect_with(tp, away)]
         self._leader_and_isr(moved)
         self._update_metadata(self.live, moved)
         if followed:
             self._stop_replica(broker_id, followed, delete=False)
 
-        def without(state: PartitionState, _replicas: list[int]) -> tuple[int, tuple[int, ...]] | None:
+        def without(state: PartitionState, _replicas: list[int]) -> elections.Choice | None:
             # Kafka's OfflineReplica transition: out of the ISR, unless it is the last member
             if broker_id not in state.isr or len(state.isr) <= 1:
                 return None
@@ -656,7 +664,8 @@ class Controller:
         """The ElectLeaders request (Kafka's processReplicaLeaderElection): per partition (error code, message,
         the elected leader). NotControllerError if this broker is not the controller."""
         wanted = list(dict.fromkeys(partitions))
-        return await self._call(lambda: self._elect_leaders(election_type, wanted), timeout_s)
+        return await self._call("ElectLeaders", functools.partial(self._elect_leaders, election_type, wanted),
+                                timeout_s)
 
     async def _elect_leaders(self, election_type: int, partitions: list[TopicPartition]
                              ) -> dict[TopicPartition, ElectionResult]:
@@ -703,37 +712,31 @@ class Controller:
             return state.leader != self._replicas(tp)[0]
         return not self._electable(state.leader)
 
-    def _preferred(self, state: PartitionState, replicas: list[int]) -> tuple[int, tuple[int, ...]] | None:
+    def _preferred(self, state: PartitionState, replicas: list[int]) -> elections.Choice | None:
         """Kafka's preferredReplicaPartitionLeaderElection: the first assigned replica, if live and in the ISR;
         and, unlike Kafka, only if the controller's connection to it shows no sign of its death. A preferred
         election is optional (the current leader is live), and a broker killed a moment ago is still registered
         until its ZooKeeper session expires: elected then, it would leave the partition without a leader for
         that long. Kafka's ZooKeeper controller has that window; its KRaft controller avoids it with fencing."""
-        if not replicas or state.leader == replicas[0]:
+        choice = elections.preferred(replicas, state.leader, state.isr, self._electable_now())
+        if choice is None:
             return None
-        first = replicas[0]
-        if not (self._electable(first) and first in state.isr):
-            return None
+        first = choice[0]
         if not self.channels.reachable(first):
             log.debug("Broker %d is not elected preferred leader: the controller's connection to it failed, so it "
                       "is probably gone (its registration ends with its ZooKeeper session)", first)
             return None
-        return first, state.isr
+        return choice
 
-    def _unclean(self, state: PartitionState, replicas: list[int]) -> tuple[int, tuple[int, ...]] | None:
+    def _unclean(self, state: PartitionState, replicas: list[int]) -> elections.Choice | None:
         """An ElectLeaders UNCLEAN election, only for a partition without a live leader: the offline strategy
         with unclean election allowed (a live ISR member first, else the first live replica, alone in the ISR)."""
         if self._electable(state.leader):
             return None
-        live_isr = [b for b in replicas if self._electable(b) and b in state.isr]
-        if live_isr:
-            return live_isr[0], tuple(b for b in state.isr if self._electable(b))
-        live = [b for b in replicas if self._electable(b)]
-        if not live:
-            return None
-        log.warning("Unclean leader election for %s: broker %d was not in the ISR %s; records only the old leader "
-                    "had are lost", replicas, live[0], list(state.isr))
-        return live[0], (live[0],)
+        choice = elections.offline(replicas, state.isr, self._electable_now(), unclean_allowed=True)
+        if choice is not None:
+            self._warn_if_unclean(f"the partition with replicas {replicas}", choice, state)
+        return choice
 
     def _start_operations(self) -> None:
         """After a failover: the auto-rebalance timer (first check after 5 s, as Kafka)."""
@@ -750,7 +753,7 @@ class Controller:
     async def _rebalance_ticks(self) -> None:
         await asyncio.sleep(FIRST_REBALANCE_DELAY_S)
         while True:
-            self.enqueue(self._auto_rebalance)
+            self.enqueue(ev.AutoPreferredReplicaLeaderElection(self._auto_rebalance))
             await asyncio.sleep(self.settings.imbalance_check_interval_s)
 
     async def _auto_rebalance(self) -> None:
@@ -824,7 +827,8 @@ class Controller:
         """The AlterPartitionReassignments request: per partition its new replicas, or None to cancel its move
         (back to the original replicas). Answers once each move has started, not finished (as Kafka)."""
         wanted = dict(wanted)
-        return await self._call(lambda: self._alter_reassignments(wanted), timeout_s)
+        return await self._call("AlterPartitionReassignments", functools.partial(self._alter_reassignments, wanted),
+                                timeout_s)
 
     async def _alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None]
                                    ) -> dict[TopicPartition, Outcome]:
@@ -866,15 +870,13 @@ class Controller:
     def _leader_after(self, sets: ReplicaSets, state: PartitionState) -> int | None:
         """Who leads once `sets` apply: the leader if it stays, else the first live target replica in the ISR
         (Kafka's ReassignPartitionLeaderElectionStrategy)."""
-        if state.leader in sets.target and self._electable(state.leader):
-            return state.leader
-        return next((b for b in sets.target if self._electable(b) and b in state.isr), None)
+        return elections.reassignment_leader(sets.target, state.leader, state.isr, self._electable_now())
 
     async def _start_reassignment(self, tp: TopicPartition, old: ReplicaSets, new: ReplicaSets) -> None:
         """Tell the replicas of the new sets (a new epoch: the leader learns its new followers, new replicas create
         their logs); replicas an earlier target had added and this one drops are deleted. Without a live leader
         nothing is bumped: the next election sends the new replicas their LeaderAndIsr."""
-        def bump(state: PartitionState, _replicas: list[int]) -> tuple[int, tuple[int, ...]] | None:
+        def bump(state: PartitionState, _replicas: list[int]) -> elections.Choice | None:
             if state.leader == NO_LEADER or not self._electable(state.leader):
                 return None
             leader = state.leader if state.leader in new.replicas else self._leader_after(new, state)
@@ -893,7 +895,7 @@ class Controller:
         if not sets.moving:
             return
 
-        def finish(state: PartitionState, _replicas: list[int]) -> tuple[int, tuple[int, ...]] | None:
+        def finish(state: PartitionState, _replicas: list[int]) -> elections.Choice | None:
             leader = self._leader_after(sets, state)
             if leader is None or not all(b in state.isr for b in sets.target):
                 return None
@@ -924,7 +926,7 @@ class Controller:
             self._require()
             moving = self._moving() if wanted is None else [tp for tp in wanted if self._sets(tp).moving]
             return {tp: self._sets(tp) for tp in moving}
-        return await self._call(listed, timeout_s)
+        return await self._call("ListPartitionReassignments", listed, timeout_s)
 
     # --- requests to brokers -----------------------------------------------------------------------
 
