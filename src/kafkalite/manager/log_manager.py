@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from kafkalite.cleaner.config import CleanerConfig
 from kafkalite.cleaner.log_cleaner import LogCleaner
@@ -174,6 +174,17 @@ class _DataDir:
         self.lock.release()
 
 
+@dataclass(frozen=True, slots=True)
+class _LoadPlan:
+    """Who loads what at start-up: `unclean` partitions need recovery, `in_workers` of them go to `processes`
+    worker processes; `threads` load the rest."""
+
+    unclean: list[tuple[_DataDir, Path]]
+    in_workers: list[tuple[_DataDir, Path]]
+    processes: int
+    threads: int
+
+
 class LogManager:
     def __init__(
         self,
@@ -243,7 +254,28 @@ class LogManager:
         return LogConfig.from_props(overrides, self.default_config) if overrides else self.default_config
 
     def _load_all(self, progress: Callable[[int, int], None] | None) -> None:
+        """Load every partition of every dir: scan the dirs, plan who recovers what, run the loads."""
         started = time.perf_counter()
+        jobs = self._scan_dirs()
+        self._check_descriptors(len(jobs))
+        plan = self._plan_recovery(jobs)
+        bar = None
+        if len(jobs) >= 50:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(jobs), desc="loading logs", unit="log", disable=None, leave=False)
+        try:
+            self._run_loads(jobs, plan, progress, bar)
+            self._sync_recovered(plan.unclean)
+        finally:
+            if bar is not None:
+                bar.close()
+        log.info("Loaded %d logs from %d data dir(s) in %.0f ms", len(self.logs), len(self.dirs),
+                 (time.perf_counter() - started) * 1000)
+
+    def _scan_dirs(self) -> list[tuple[_DataDir, Path]]:
+        """The partition directories to load, dir by dir (their checkpoints read); those marked for deletion are
+        queued for it, other directories that are no partition are skipped (with a warning for unknown ones)."""
         jobs: list[tuple[_DataDir, Path]] = []
         for d in self.dirs:
             if d.had_clean_shutdown:
@@ -269,69 +301,51 @@ class LogManager:
                     log.warning("Ignoring directory %s in %s: not a topic-partition directory", name, d.path)
                     continue
                 jobs.append((d, child))
-        total = len(jobs)
+        return jobs
+
+    @staticmethod
+    def _check_descriptors(total: int) -> None:
+        """Checked before loading: a recovery that runs out of descriptors half-way must not happen."""
         used, limit = open_descriptors()
         if used + total * FDS_PER_PARTITION > limit:
-            # Checked before loading: a recovery that runs out of descriptors half-way must not happen.
             raise LogError(f"{total} partition directories need about {total * FDS_PER_PARTITION} open files, but "
                            f"the open file limit (RLIMIT_NOFILE) is {limit} with {used} in use: raise it "
                            "(ulimit -n, or LimitNOFILE= for systemd) and start again")
-        done = 0
-        bar = None
-        if total >= 50:
-            from tqdm import tqdm
 
-            bar = tqdm(total=total, desc="loading logs", unit="log", disable=None, leave=False)
-        # Partitions of dirs shut down uncleanly are recovered in worker processes when there are enough of
-        # them (recovery_workers); the pool then opens each as cleanly shut down as soon as its worker answered.
+    def _plan_recovery(self, jobs: list[tuple[_DataDir, Path]]) -> _LoadPlan:
+        """Partitions of dirs shut down uncleanly are recovered in worker processes when there are enough of
+        them (recovery_workers); the pool then opens each as cleanly shut down as soon as its worker answered.
+        The broker recovers a share itself, sized to end with the workers (it also opens what they recovered)."""
         unclean = [(d, child) for d, child in jobs if not d.had_clean_shutdown]
         processes = self.recovery_processes
         if processes is None:
             processes = recovery_workers.default_processes() if \
                 len(unclean) >= recovery_workers.MIN_PARTITIONS_FOR_PROCESSES else 0
-        # the broker recovers a share itself, sized to end with the workers (it also opens what they recovered)
         in_workers = unclean[int(len(unclean) * recovery_workers.broker_share(processes)):] if processes > 0 else []
+        threads = self._io_threads() if unclean else self._load_threads()
+        return _LoadPlan(unclean, in_workers, processes, threads)
+
+    def _run_loads(self, jobs: list[tuple[_DataDir, Path]], plan: _LoadPlan,
+                   progress: Callable[[int, int], None] | None, bar: Any) -> None:
+        """Load (or have the workers recover) every job, taking each log as it is ready; on any failure, stop the
+        workers and the pool and close what was loaded."""
+        total = len(jobs)
         ready: queue.SimpleQueue[tuple[_DataDir, Path, Future[Log]]] = queue.SimpleQueue()
         workers = None
-        threads = self._io_threads() if unclean else self._load_threads()
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="log-recovery") as pool:
+        with ThreadPoolExecutor(max_workers=plan.threads, thread_name_prefix="log-recovery") as pool:
             try:
-                if in_workers:
-                    owner = {child: d for d, child in in_workers}
-
-                    fell_back: set[str] = set()
-
-                    def recovered(result: recovery_workers.RecoveryResult) -> None:
-                        d = owner[result.directory]
-                        exc = result.exception()
-                        if result.retry:
-                            if result.error not in fell_back:
-                                fell_back.add(result.error or "")
-                                log.warning("A log recovery worker process failed (%s); the broker recovers the "
-                                            "logs it had not answered for itself", result.error)
-                            ready.put((d, result.directory, pool.submit(self._load_log, d, result.directory)))
-                        elif exc is None:
-                            ready.put((d, result.directory, pool.submit(self._load_recovered_log, d, result)))
-                        else:
-                            failed: Future[Log] = Future()
-                            failed.set_exception(exc)
-                            ready.put((d, result.directory, failed))
-
-                    log.info("Recovering %d logs in %d worker process(es)", len(in_workers), processes)
-                    workers = recovery_workers.RecoveryWorkers(
-                        [recovery_workers.RecoveryJob(child, d.ls.get(self._tp_of(child), 0),
-                                                      d.rp.get(self._tp_of(child), 0)) for d, child in in_workers],
-                        processes, self.default_config,
-                        {t: self._config_for(t) for t in self.topic_configs}, recovered)
-                worker_dirs = {child for _d, child in in_workers}
+                if plan.in_workers:
+                    workers = self._start_workers(plan, pool, ready)
+                worker_dirs = {child for _d, child in plan.in_workers}
                 # One loading thread and nothing else to wait for: each log is loaded here, in turn. Handing
                 # each one from a pool thread to this one cost two thread wake-ups and GIL hand-offs per
                 # partition: a clean load of 10,000 partitions took 5.1 s that way, 3.9 s here.
-                inline = iter(jobs) if threads == 1 and not in_workers else None
+                inline = iter(jobs) if plan.threads == 1 and not plan.in_workers else None
                 if inline is None:
                     for d, child in jobs:
                         if child not in worker_dirs:
                             ready.put((d, child, pool.submit(self._load_log, d, child)))
+                done = 0
                 for _ in range(total):
                     load: Callable[[], Log]
                     if inline is not None:
@@ -340,32 +354,12 @@ class LogManager:
                     else:
                         d, child, fut = ready.get()
                         load = fut.result
-                    try:
-                        lg = load()
-                    except OSError as exc:
-                        if is_descriptor_exhaustion(exc):
-                            raise LogError(f"cannot load {child}: {descriptor_advice(exc)} ({total} partition "
-                                           f"directories need about {total * FDS_PER_PARTITION})") from exc
-                        self._mark_offline(d, exc)
-                        continue
-                    except RuntimeError as exc:
-                        if child in worker_dirs:
-                            raise LogError(f"cannot load {child}: {exc}") from exc
-                        raise
-                    tp = (lg.topic, lg.partition)
-                    if d.offline:  # failed while this log was loaded: Kafka loads nothing more from it
-                        lg.close_handlers()
-                        continue
-                    if tp in self.logs:
-                        raise LogError(f"duplicate log directories for {tp[0]}-{tp[1]}: "
-                                       f"{self._log_dir_of[tp].path} and {d.path}")
-                    self.logs[tp] = lg
-                    self._log_dir_of[tp] = d
-                    done += 1
-                    if bar is not None:
-                        bar.update(1)
-                    if progress is not None:
-                        progress(done, total)
+                    if self._take_loaded(d, child, load, total, child in worker_dirs):
+                        done += 1
+                        if bar is not None:
+                            bar.update(1)
+                        if progress is not None:
+                            progress(done, total)
             except BaseException:
                 if workers is not None:
                     workers.kill()
@@ -375,18 +369,73 @@ class LogManager:
                 raise
             if workers is not None:
                 workers.join()
-        # Recovery wrote a producer snapshot in every recovered partition without an fsync each (half of the
-        # kernel time of recovering 10,000 small partitions); one syncfs per recovered dir makes them durable.
+
+    def _start_workers(self, plan: _LoadPlan, pool: ThreadPoolExecutor,
+                       ready: queue.SimpleQueue[tuple[_DataDir, Path, Future[Log]]]
+                       ) -> recovery_workers.RecoveryWorkers:
+        """Recovery worker processes for the plan's share; each answer becomes a load queued on `ready` (a worker
+        that failed hands its logs back to the broker)."""
+        owner = {child: d for d, child in plan.in_workers}
+        fell_back: set[str] = set()
+
+        def recovered(result: recovery_workers.RecoveryResult) -> None:
+            d = owner[result.directory]
+            exc = result.exception()
+            if result.retry:
+                if result.error not in fell_back:
+                    fell_back.add(result.error or "")
+                    log.warning("A log recovery worker process failed (%s); the broker recovers the "
+                                "logs it had not answered for itself", result.error)
+                ready.put((d, result.directory, pool.submit(self._load_log, d, result.directory)))
+            elif exc is None:
+                ready.put((d, result.directory, pool.submit(self._load_recovered_log, d, result)))
+            else:
+                failed: Future[Log] = Future()
+                failed.set_exception(exc)
+                ready.put((d, result.directory, failed))
+
+        log.info("Recovering %d logs in %d worker process(es)", len(plan.in_workers), plan.processes)
+        return recovery_workers.RecoveryWorkers(
+            [recovery_workers.RecoveryJob(child, d.ls.get(self._tp_of(child), 0),
+                                          d.rp.get(self._tp_of(child), 0)) for d, child in plan.in_workers],
+            plan.processes, self.default_config,
+            {t: self._config_for(t) for t in self.topic_configs}, recovered)
+
+    def _take_loaded(self, d: _DataDir, child: Path, load: Callable[[], Log], total: int, in_worker: bool) -> bool:
+        """Add one loaded log; False when it is not added (its dir went offline). An OSError takes the dir
+        offline, except running out of descriptors, which stops the load with the advice."""
+        try:
+            lg = load()
+        except OSError as exc:
+            if is_descriptor_exhaustion(exc):
+                raise LogError(f"cannot load {child}: {descriptor_advice(exc)} ({total} partition "
+                               f"directories need about {total * FDS_PER_PARTITION})") from exc
+            self._mark_offline(d, exc)
+            return False
+        except RuntimeError as exc:
+            if in_worker:
+                raise LogError(f"cannot load {child}: {exc}") from exc
+            raise
+        tp = (lg.topic, lg.partition)
+        if d.offline:  # failed while this log was loaded: Kafka loads nothing more from it
+            lg.close_handlers()
+            return False
+        if tp in self.logs:
+            raise LogError(f"duplicate log directories for {tp[0]}-{tp[1]}: "
+                           f"{self._log_dir_of[tp].path} and {d.path}")
+        self.logs[tp] = lg
+        self._log_dir_of[tp] = d
+        return True
+
+    def _sync_recovered(self, unclean: list[tuple[_DataDir, Path]]) -> None:
+        """Recovery wrote a producer snapshot in every recovered partition without an fsync each (half of the
+        kernel time of recovering 10,000 small partitions); one syncfs per recovered dir makes them durable."""
         for d in {id(d): d for d, _child in unclean}.values():
             if not d.offline:
                 try:
                     sync_file_system(d.path)
                 except OSError as exc:
                     self._mark_offline(d, exc)
-        if bar is not None:
-            bar.close()
-        log.info("Loaded %d logs from %d data dir(s) in %.0f ms", len(self.logs), len(self.dirs),
-                 (time.perf_counter() - started) * 1000)
 
     def _load_threads(self) -> int:
         """Threads loading logs when every dir was shut down cleanly: num.recovery.threads.per.data.dir per dir, as
