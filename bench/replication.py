@@ -44,7 +44,7 @@ FAILOVERS = int(os.environ.get("BENCH_REPL_FAILOVERS", "3"))
 PARTS = {p.strip() for p in os.environ.get("BENCH_REPL_PARTS",
                                            "throughput,latency,failover,catchup,reassign").split(",")}
 LATENCY_SAMPLES = 1500
-LAG_TIME_MS = 3000  # replica.lag.time.max.ms for the run (reference §7.3): a dead follower leaves the ISR soon
+LAG_TIME_MS = 3000  # replica.lag.time.max.ms for the run (Kafka's default: 30000): a dead follower leaves the ISR soon
 
 
 def _producer(bootstrap: str, acks: str, **extra: object):

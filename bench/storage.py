@@ -31,7 +31,7 @@ from kafkalite.storage.segment import LogSegment
 def _batch_16k() -> bytearray:
     """A batch of exactly 16 KiB holding 15 records of about 1 KiB.
 
-    Exactly 16,384 bytes, like the reference's raw writes: a size that is not a multiple of the
+    Exactly 16,384 bytes, like W16K's raw writes (common.raw_write_16k): a size that is not a multiple of the
     page size makes every write straddle pages and costs about 40 % more on its own, which would
     measure alignment rather than our code."""
     now = int(time.time() * 1000)

@@ -614,7 +614,7 @@ def _replicated_topic_and_a_dead_replica(cluster) -> tuple[int, int]:
 
 
 def test_deletion_waits_for_a_dead_replica_and_completes_when_it_returns(cluster):
-    """Kafka's TopicDeletionManager (reference §1.3): the topic's znodes and its marker stay until every replica
+    """Kafka's TopicDeletionManager: the topic's znodes and its marker stay until every replica
     has deleted its partition; a replica on a dead broker makes the deletion wait for that broker's return."""
     from kazoo.client import KazooClient
 

@@ -1,6 +1,6 @@
-"""The controller's election rules (reference §2.3) over both stores (a real ZooKeeper, and the local store of
-single-broker mode): brokers are store sessions holding a registration (their requests go nowhere: nothing
-here needs them), the controller a real Controller, and every outcome is read back from the partition
+"""The controller's election rules (Kafka's PartitionLeaderElectionAlgorithms) over both stores (a real ZooKeeper, and
+the local store of single-broker mode): brokers are store sessions holding a registration (their requests go nowhere:
+nothing here needs them), the controller a real Controller, and every outcome is read back from the partition
 states it wrote."""
 
 from __future__ import annotations

@@ -137,7 +137,8 @@ def test_isr_changes_of_many_partitions_are_announced_in_nodes_of_a_thousand(tmp
 
 
 def test_update_isr_is_a_compare_and_set_then_a_notification(tmp_path):
-    """A leader's ISR write (reference §1.2): conditional on the state's version, not on a controller lease;
+    """A leader's ISR write (Kafka's zkVersion-conditional ISR update): conditional on the state's version, not
+    on a controller lease;
     the leader then announces it with Kafka's /isr_change_notification/isr_change_<seq> node for the
     controller (a separate step: the leader applies its new ISR before that second round trip)."""
     async def main():

@@ -1,5 +1,6 @@
-"""Cluster operations (reference §2.3, §6 row 7): controlled shutdown, preferred and unclean elections through
-ElectLeaders and `kafkalite leader-election`, and the controller's automatic preferred-leader rebalance.
+"""Cluster operations (Kafka's PartitionLeaderElectionAlgorithms): controlled shutdown, preferred and unclean
+elections through ElectLeaders and `kafkalite leader-election`, and the controller's automatic preferred-leader
+rebalance.
 
 The first tests drive a real Controller over a real ZooKeeper with brokers that are only store sessions (their
 requests go nowhere) and read the outcome back from the partition states; the others run real brokers.

@@ -1,4 +1,4 @@
-"""OffsetIndex: cases C1-C8 of the reference, Kafka's file-length rules, and property tests."""
+"""OffsetIndex: the cases of Kafka's OffsetIndexTest, Kafka's file-length rules, and property tests."""
 
 from __future__ import annotations
 

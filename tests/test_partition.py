@@ -219,7 +219,7 @@ def test_coordinator_writes_through_the_replica_manager(broker_parts) -> None:
         coord.topic.append(1, [(b"k", b"v2")])
 
 
-# --- leader side of replication: follower records, the commit rule, the ISR (reference §3.1-3.7) ---------
+# --- leader side of replication: follower records, the commit rule, the ISR (Kafka's Partition) ---------
 
 F2, F3 = 2, 3
 LAG = 1000

@@ -1,4 +1,4 @@
-"""The follower's truncation decision (§4.3 of the replication reference, KIP-101/279), pure: a table of
+"""The follower's truncation decision (KIP-101, KIP-279: Kafka's AbstractFetcherThread), pure: a table of
 Kafka's cases and a property over random diverged histories, run through both ways of asking the leader
 (the Fetch response's diverging epoch and OffsetsForLeaderEpoch) against real LeaderEpochCaches."""
 

@@ -1,7 +1,7 @@
-"""Replication under faults (issue 15; §6 and §7.6 of /work/shared/reference/kafka-replication.md), short
+"""Replication under faults (issue 15; the failure scenarios of Kafka's own replication system tests), short
 versions for CI: three real `kafkalite serve` brokers on a real ZooKeeper, each reaching the others and ZooKeeper
 through test proxies (tests/support/proxy.py), idempotent acks=all confluent-kafka producers writing unique
-values, and the §7.5 checker (tests/support/checker.py) judging what a fresh consumer and each replica's data
+values, and the checker (tests/support/checker.py) judging what a fresh consumer and each replica's data
 dir hold afterwards: no acknowledged record lost, none duplicated (copies a client re-sent under a bumped producer
 epoch are counted apart, see the checker), no two values at one offset, nothing refused ever readable, replicas
 byte-identical below the high watermark.
@@ -115,7 +115,7 @@ def _heal(cluster: Cluster) -> None:
 
 def _watch_failover(cluster: Cluster, p: int, old: int, t: float, timeout_s: float = 30) -> tuple[float, float]:
     """Seconds from the kill at `t` until ZooKeeper dropped `old`'s registration (detection) and until partition
-    `p` had another leader (election), polled every 20 ms; §7.7's split of the failover time."""
+    `p` had another leader (election), polled every 20 ms: the failover time split into detection and election."""
     gone = elected = None
     deadline = t + timeout_s
     while (gone is None or elected is None) and time.monotonic() < deadline:
@@ -316,10 +316,10 @@ def test_r4_clean_rolling_restart(cluster):
     rep = _judge(cluster, wl.sends, scenario=f"R4 rolling restart x{ROUNDS}", shutdown_s=stops)
     assert not wl.fatal_errors
     rep.assert_clean()
-    # §7.6: max produce stall < 1 s with short timeouts. Measured 0.33-0.86 s with two busy processes beside the
-    # test on two cores (1.0-2.2 s before followers stopped waiting replica.fetch.backoff.ms for a leader that had
-    # not applied its LeaderAndIsr yet, or for an idle connection to a restarted leader; those have unit tests in
-    # test_replica_fetcher_pipeline.py). The bound catches waits on session expiry (3 s + election) or on a
+    # Issue 15's target: max produce stall < 1 s with short timeouts. Measured 0.33-0.86 s with two busy processes
+    # beside the test on two cores (1.0-2.2 s before followers stopped waiting replica.fetch.backoff.ms for a leader
+    # that had not applied its LeaderAndIsr yet, or for an idle connection to a restarted leader; those have unit
+    # tests in test_replica_fetcher_pipeline.py). The bound catches waits on session expiry (3 s + election) or on a
     # delivery timeout, which is what a broken controlled shutdown gives.
     assert rep.figures["max_ack_gap_s"] < 3.0, rep.summary()
     assert rep.unknown == 0, rep.summary()  # no send waited out its 30 s delivery timeout
@@ -521,7 +521,7 @@ def test_r10_preferred_leader_election_onto_a_broker_that_just_died(cluster):
 def test_r6_leader_isolated_from_zookeeper(cluster):
     """Cut a (non-controller) partition leader off from ZooKeeper only: its session expires, the controller elects
     another leader; the old one is not told and may keep taking acks=1 writes, which are lost when it rejoins as a
-    follower and truncates (§6 #4: counted, allowed); acks=all loses nothing."""
+    follower and truncates (counted and allowed, as in Kafka); acks=all loses nothing."""
     _topic(cluster)
     acks1 = "events-acks1"
     cluster.create_topic(acks1, PARTITIONS, 3, TOPIC_CONFIG)

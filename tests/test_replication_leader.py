@@ -1,5 +1,5 @@
-"""The leader side of replication on real brokers (reference §3.3-3.7): three real `kafkalite serve` processes
-and two fake followers, brokers 4 and 5, that this test plays itself.
+"""The leader side of replication on real brokers (Kafka's Partition and ReplicaManager): three real `kafkalite serve`
+processes and two fake followers, brokers 4 and 5, that this test plays itself.
 
 The fake brokers register in ZooKeeper as Kafka brokers do (so the controller counts them live, puts them in
 the ISR and sends them LeaderAndIsr, which a tiny server here acknowledges), and they replicate by sending the

@@ -1,4 +1,4 @@
-"""TimeIndex: cases D1-D5 of the reference, the append rules of section 1.8, and property tests."""
+"""TimeIndex: the cases of Kafka's TimeIndexTest, Kafka's TimeIndex.maybeAppend rules, and property tests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TransactionIndex and AbortedTxn: cases E1-E6 of the reference, Kafka's reading quirks, and properties."""
+"""TransactionIndex and AbortedTxn: the cases of Kafka's TransactionIndexTest, its reading quirks, and properties."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fault tests' checker, in the vocabulary of §7.5 of the replication reference and of Jepsen's queue checker.
+"""The fault tests' checker, in the vocabulary of Jepsen's queue checker.
 
 Inputs: the workload's sends (id, partition, offset or unknown, outcome), what a fresh consumer read afterwards,
 and each replica's log read straight from its broker's data dir (`kafkalite.storage.Log.open_read_only`, which

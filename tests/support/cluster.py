@@ -1,12 +1,11 @@
 """Several real `kafkalite serve` processes sharing one ZooKeeper chroot: a cluster on 127.0.0.1 ports.
 
-`Cluster(..., proxied=True)` is the fault-test layout (docs: /work/shared/reference/kafka-replication.md §7.4,
-REPLICATION.md): each broker has two listeners, PLAINTEXT for clients (direct) and REPLICATION for other
-brokers, advertised through a `ProxyHub` proxy (`cluster.link[bid]`), with `inter.broker.listener.name=
-REPLICATION`; and each broker reaches ZooKeeper through a proxy of its own (`cluster.zk_link[bid]`). A test
-cuts a broker off from its followers (`link[bid].blackhole()`) or from ZooKeeper (`zk_link[bid]`) without
-touching its clients. Fault helpers (kill -9, SIGSTOP/SIGCONT, SIGTERM, restart) and ZooKeeper's ground truth
-(partition state, controller) live here too, so scenarios wait on facts rather than sleep.
+`Cluster(..., proxied=True)` is the fault-test layout (docs/replication.md): each broker has two listeners, PLAINTEXT
+for clients (direct) and REPLICATION for other brokers, advertised through a `ProxyHub` proxy (`cluster.link[bid]`),
+with `inter.broker.listener.name=REPLICATION`; and each broker reaches ZooKeeper through a proxy of its own
+(`cluster.zk_link[bid]`). A test cuts a broker off from its followers (`link[bid].blackhole()`) or from ZooKeeper
+(`zk_link[bid]`) without touching its clients. Fault helpers (kill -9, SIGSTOP/SIGCONT, SIGTERM, restart) and
+ZooKeeper's ground truth (partition state, controller) live here too, so scenarios wait on facts rather than sleep.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The fault tests' workload (§7.5 of the replication reference): real producers writing unique values, and a
+"""The fault tests' workload: real producers writing unique values, and a
 fresh consumer reading everything back afterwards.
 
 Each producer is a confluent-kafka (librdkafka) Producer on its own thread, idempotent with acks=all by

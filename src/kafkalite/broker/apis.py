@@ -91,7 +91,7 @@ class KafkaApis:
     # --- dispatch ---------------------------------------------------------------------------------
 
     def advertised(self) -> dict[int, tuple[int, int]]:
-        """Only what has a handler: clients pick features from this table (reference section 10)."""
+        """Only what has a handler: clients pick features from this table (the ApiVersions response, KIP-35)."""
         return {k: versions for k, versions in sorted(SUPPORTED_VERSIONS.items()) if k in self._handlers}
 
     def handles(self, api_key: int) -> bool:

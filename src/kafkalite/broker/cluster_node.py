@@ -10,8 +10,9 @@ replaces the handlers of KafkaApis that a single broker answers alone:
   them; the controller does the rest;
 - produce, fetch and list-offsets for a partition this broker does not lead get NOT_LEADER_OR_FOLLOWER;
 - InitProducerId takes ids from blocks reserved in /latest_producer_id_block, unique in the cluster;
-- LeaderAndIsr, StopReplica and UpdateMetadata are checked against the controller and broker epochs (§2.4
-  of the replication reference) and then applied to the local logs and the cache.
+- LeaderAndIsr, StopReplica and UpdateMetadata are checked against the controller and broker epochs (the
+  `controller_epoch` and `broker_epoch` fields of Kafka's request schemas) and then applied to the local logs
+  and the cache.
 After a lost ZooKeeper session the broker registers again (a new broker epoch) and re-runs the election.
 
 Followers fetch from their leaders through broker/replica_fetcher.py: LeaderAndIsr adds a partition this

@@ -4,8 +4,8 @@ One asyncio task per source (leader) broker: the partitions this broker follows 
 sessionless Fetch request (v12: `replica_id` = this broker, `current_leader_epoch`, `last_fetched_epoch`,
 `log_start_offset`, fetch offset = the local log end). The answer is appended as follower (the leader's
 offsets and epochs kept, producer state rebuilt), the follower HW becomes min(leader HW, LEO) and the log
-start follows the leader's. Errors as the reference's §3.2: FENCED_LEADER_EPOCH parks the partition until
-the next LeaderAndIsr; retriable errors and lost connections back off `replica.fetch.backoff.ms` (a
+start follows the leader's. Errors as AbstractFetcherThread.processFetchRequest: FENCED_LEADER_EPOCH parks the
+partition until the next LeaderAndIsr; retriable errors and lost connections back off `replica.fetch.backoff.ms` (a
 leader that has not applied its LeaderAndIsr yet is asked again sooner: LEADER_NOT_READY);
 KAFKA_STORAGE_ERROR or a local failure marks the partition failed (a local OSError first takes its log dir
 offline through the LogManager).
@@ -17,7 +17,7 @@ the next fetch with the new last epoch. A log without epochs starts *truncating*
 `inter.broker.protocol.version` is below 2.7 (Kafka's isTruncationOnFetchSupported) a partition with
 epochs starts truncating through OffsetsForLeaderEpoch instead, asking again until the answer completes,
 and fetches with v11 (no `last_fetched_epoch`). OFFSET_OUT_OF_RANGE asks the leader's log end and start
-with ListOffsets (§4.4).
+with ListOffsets (AbstractFetcherThread.fetchOffsetAndTruncate).
 
 Everything that touches a log runs on the event loop between awaits, as the broker's leader appends do, and
 only after checking that the partition still follows the same leader at the same epoch as when the request
@@ -493,7 +493,8 @@ class ReplicaFetcher:
 
     def _process(self, st: PartitionFetchState, offset: int, pr: dict[str, Any]) -> bool:
         """One partition of a fetch response (ReplicaFetcherThread.processPartitionData and the error cases
-        of AbstractFetcherThread.processFetchRequest); True when it needs the §4.4 out-of-range path."""
+        of AbstractFetcherThread.processFetchRequest); True when it needs the out-of-range path
+        (AbstractFetcherThread.fetchOffsetAndTruncate)."""
         part = self._current(st)
         if part is None or st.fetch_offset != offset or part.log_end_offset != offset:
             # The state changed meanwhile: the data is for a fetch nobody wants any more (a LeaderAndIsr or
@@ -596,7 +597,7 @@ class ReplicaFetcher:
             if pr.get("log_start_offset", -1) >= 0:
                 part.maybe_update_log_start_offset(pr["log_start_offset"])
 
-    # --- truncation (§4.3) -----------------------------------------------------------------------------
+    # --- truncation (KIP-101, KIP-279) -----------------------------------------------------------------
 
     def _truncate(self, st: PartitionFetchState, part: Partition, leader_epoch: int, leader_end: int) -> None:
         """Apply the leader's (epoch, end offset) through `truncation_offset`; not done -> keep asking: by the
@@ -672,7 +673,7 @@ class ReplicaFetcher:
                 else:
                     self._back_off([st])
 
-    # --- out of range (§4.4) ---------------------------------------------------------------------------
+    # --- out of range (fetchOffsetAndTruncate) ---------------------------------------------------------
 
     async def _leader_offset(self, st: PartitionFetchState, timestamp: int) -> int | None:
         resp = await self._request(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, {

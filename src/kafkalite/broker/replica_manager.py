@@ -12,9 +12,10 @@ partition it holds, so the high watermark follows the log end after every append
 with the local append, without waiting. The cluster's LeaderAndIsr replaces exactly that through
 Partition.make_leader / make_follower.
 
-As a leader with followers (reference §3.3-3.7): replica fetches record each follower's position and may
-move the HW or propose an ISR expansion; a periodic task proposes ISR shrinks; each ISR change is written to
-the cluster store (`isr_store`, set by the cluster glue) with a compare-and-set before it takes effect.
+As a leader with followers (Kafka's ReplicaManager.fetchMessages and Partition): replica fetches record each
+follower's position and may move the HW or propose an ISR expansion; a periodic task proposes ISR shrinks; each
+ISR change is written to the cluster store (`isr_store`, set by the cluster glue) with a compare-and-set before
+it takes effect.
 acks=all produce and other internal writers wait for the HW in `wait_for_commit` (Kafka's DelayedProduce):
 every wait is parked in `purgatory` on the partition's key (appends, leader changes) and on its
 `committed_key` (HW and ISR moves), until one of them is woken or its own timeout passes.
@@ -131,9 +132,10 @@ class ReplicaManager:
     # --- partitions -------------------------------------------------------------------------------
 
     def startup(self) -> None:
-        """Restore each log's HW from replication-offset-checkpoint as min(checkpoint, LEO) (§3.5), then, in
-        single-broker mode, lead every local partition (call after TopicAdmin.startup made them). A cluster
-        broker leads nothing until the controller's LeaderAndIsr says so, so its HWs stay as restored."""
+        """Restore each log's HW from replication-offset-checkpoint as min(checkpoint, LEO) (Kafka's
+        Partition.createLog), then, in single-broker mode, lead every local partition (call after
+        TopicAdmin.startup made them). A cluster broker leads nothing until the controller's LeaderAndIsr says
+        so, so its HWs stay as restored."""
         self.restore_high_watermarks()
         if not self.leads_all_local_logs:
             return
@@ -347,7 +349,7 @@ class ReplicaManager:
         """Read every (topic, partition, offset, partition_max_bytes, current_epoch, last_fetched_epoch);
         long-poll until `min_bytes` are there, an error shows up, or `max_wait_ms` passes (DelayedFetch).
         A follower's fetch (`replica_id` >= 0, with its `log_start_offsets`) records its position after
-        each read round (§3.3)."""
+        each read round (Kafka's Partition.updateFollowerFetchState)."""
         deadline = time.monotonic() + max(0, max_wait_ms) / 1000
         keys: list[Hashable] = [(t, p) for t, p, *_ in wanted]
         if replica_id < 0:  # a consumer reads up to the HW: its moves matter (a follower reads to the log end)
@@ -415,7 +417,7 @@ class ReplicaManager:
         task.add_done_callback(self._isr_writes.discard)
 
     async def _write_isr(self, store: ClusterStore, part: Partition, change: IsrChange) -> None:
-        """Commit an ISR change to the store (compare-and-set on the state's version, §1.2) before it takes
+        """Commit an ISR change to the store (compare-and-set on the state's zkVersion) before it takes
         effect. A conflict is re-read: if the store already holds exactly this state (a lost answer) it
         counts as written; else the old ISR stays until the controller's next LeaderAndIsr."""
         tp = f"{part.topic}-{part.partition}"

@@ -7,13 +7,14 @@ the active controller makes is fenced by its lease (the controller epoch's versi
 been elected meanwhile, the write fails with NotControllerError and this broker resigns, so a paused
 "zombie" controller cannot change anything once it wakes up.
 
-Rules (reference §2): a new partition's leader is its first live replica in assignment order, its ISR the
-live replicas, leader epoch 0; when a leader dies the new one is the first live ISR member in assignment
-order (the first live replica when unclean.leader.election.enable allows it); dead replicas leave the ISR
-except the last member, and every such change bumps the leader epoch. Brokers whose registration was
-replaced by a newer one (a larger epoch) are handled as a failure followed by a start-up.
+Rules (Kafka's PartitionLeaderElectionAlgorithms and ReplicaStateMachine): a new partition's leader is its
+first live replica in assignment order, its ISR the live replicas, leader epoch 0; when a leader dies the new
+one is the first live ISR member in assignment order (the first live replica when
+unclean.leader.election.enable allows it); dead replicas leave the ISR except the last member, and every such
+change bumps the leader epoch. Brokers whose registration was replaced by a newer one (a larger epoch) are
+handled as a failure followed by a start-up.
 
-Topic deletion (Kafka's TopicDeletionManager, reference §1.3): a topic marked in /admin/delete_topics leaves the
+Topic deletion (Kafka's TopicDeletionManager): a topic marked in /admin/delete_topics leaves the
 controller's context for its `_deleting` table at once (no more elections or LeaderAndIsr; UpdateMetadata
 tells every broker it is gone), every replica on a live broker gets StopReplica(delete), and only when each
 replica has answered it without error are the topic's znodes and the marker removed. Replicas on dead brokers
@@ -337,7 +338,7 @@ class Controller:
         theirs = [tp for tp in self._all_partitions() if new & set(self._replicas(tp))]
         self._leader_and_isr(theirs, only=new)
         await self._elect_offline(self._all_partitions())
-        for topic, d in list(self._deleting.items()):  # replicas that waited for their broker (§1.3)
+        for topic, d in list(self._deleting.items()):  # replicas that waited for their broker (TopicDeletionManager)
             self._stop_replicas_for_deletion(topic, d, only=new)
 
     async def _on_topic_change(self) -> None:
@@ -448,7 +449,7 @@ class Controller:
             self.enqueue(ev.IsrChangeNotification(functools.partial(self._on_isr_change, names)))
 
     async def _on_isr_change(self, names: list[str]) -> None:
-        """Leaders wrote new ISRs themselves (a compare-and-set, reference §1.2) and left notifications: re-read
+        """Leaders wrote new ISRs themselves (a compare-and-set on the zkVersion) and left notifications: re-read
         those partitions' states into the context, tell every live broker with UpdateMetadata, and delete the
         notifications."""
         if not self.active:

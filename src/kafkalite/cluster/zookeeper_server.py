@@ -1,8 +1,8 @@
 """Running a local ZooKeeper 3.8 for development and tests (`kafkalite cluster`, tests/support/zookeeper.py).
 
-As the replication reference's §7.1 runs Debian's package: `java ... ZooKeeperServerMain zoo.cfg` in the
-foreground, bound to 127.0.0.1 only, with the AdminServer disabled (it would open port 8080 on every
-interface) and no JMX port. Readiness is ZooKeeper's `ruok` four-letter command answering `imok`.
+It runs the jars of Debian's `zookeeper` package as `java ... ZooKeeperServerMain zoo.cfg` in the foreground,
+bound to 127.0.0.1 only, with the AdminServer disabled (it would open port 8080 on every interface) and no JMX
+port. Readiness is ZooKeeper's `ruok` four-letter command answering `imok`.
 """
 
 from __future__ import annotations

@@ -9,17 +9,17 @@ this broker *leads* at.
 
 The commit rule lives in one method, `maybe_increment_high_watermark`: the high watermark is the smallest
 log end offset over the leader and the followers in the maximal ISR or caught up (Kafka's
-maybeIncrementLeaderHW, reference §3.5), only forward, and (KIP-966) only while the committed ISR has
+Partition.maybeIncrementLeaderHW), only forward, and (KIP-966) only while the committed ISR has
 min.insync.replicas members. A partition without followers (single-broker mode, replication factor 1) takes
 a short path: the HW follows the log end at once. It runs after appends, follower fetches, ISR changes and
 leadership changes, never inside a read: a read must not commit anything.
 
-On the leader, each follower has a `RemoteReplica` record fed by its replica fetches (§3.3). The ISR is
-`isr` (committed: what the store holds) plus at most one change in flight (`pending`): a shrink or an
-expansion is proposed here, written to the store by the ReplicaManager with a compare-and-set on
-`partition_epoch`, and only then applied by `complete_isr_change`. While an expansion is pending its new
-member already counts for the HW and acks=all (the "maximal ISR"); while a shrink is pending the old,
-larger ISR still governs.
+On the leader, each follower has a `RemoteReplica` record fed by its replica fetches (Kafka's
+Partition.updateFollowerFetchState). The ISR is `isr` (committed: what the store holds) plus at most one
+change in flight (`pending`): a shrink or an expansion is proposed here, written to the store by the
+ReplicaManager with a compare-and-set on `partition_epoch`, and only then applied by `complete_isr_change`.
+While an expansion is pending its new member already counts for the HW and acks=all (the "maximal ISR");
+while a shrink is pending the old, larger ISR still governs.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ NEVER_MS = -(2**62)  # "never caught up" on the monotonic clock, which may be sm
 @dataclass(slots=True)
 class RemoteReplica:
     """What the leader knows of one follower (Kafka's Replica): its log end and start as its fetches say,
-    and when it was last caught up with the leader (§3.3's two rules)."""
+    and when it was last caught up with the leader (the two rules of Kafka's Replica.updateFetchState)."""
 
     broker_id: int
     leo: int = UNKNOWN_OFFSET
@@ -152,7 +152,7 @@ class Partition:
 
     def make_leader(self, leader_epoch: int, isr: list[int], replicas: list[int], partition_epoch: int = 0,
                     controller_epoch: int = -1, now_ms: int | None = None) -> bool:
-        """Lead at `leader_epoch` (Kafka's Partition.makeLeader, §3.1); True when this broker was not leading
+        """Lead at `leader_epoch` (Kafka's Partition.makeLeader); True when this broker was not leading
         before. A new epoch the log already moved past is recorded at the log end, so OffsetsForLeaderEpoch
         answers for it before the first append; in single-broker mode the epoch is the log's own, a no-op.
         Follower records are reset: every ISR member gets a full lag time to fetch in the new epoch, and a
@@ -243,9 +243,10 @@ class Partition:
         return self.log.config.min_insync_replicas
 
     def maybe_increment_high_watermark(self, now_ms: int | None = None) -> bool:
-        """THE commit rule (§3.5): HW := min LEO over the leader and every follower in the maximal ISR or
-        caught up, never backwards, and (KIP-966) only while the committed ISR has min.insync.replicas
-        members (at most the replication factor); True when it moved (waiters may complete)."""
+        """THE commit rule (Kafka's Partition.maybeIncrementLeaderHW): HW := min LEO over the leader and every
+        follower in the maximal ISR or caught up, never backwards, and (KIP-966) only while the committed ISR
+        has min.insync.replicas members (at most the replication factor); True when it moved (waiters may
+        complete)."""
         if not self.is_leader:
             return False
         lg = self.log
@@ -271,9 +272,9 @@ class Partition:
 
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, log_start_offset: int,
                                     now_ms: int, leader_leo: int | None = None) -> bool:
-        """Record a follower's fetch at `fetch_offset` (its log end), §3.3: both catch-up rules against the
-        leader's LEO before the read (`leader_leo`). True when the HW moved. A replica outside the assignment
-        records nothing (the caller then answers without records)."""
+        """Record a follower's fetch at `fetch_offset` (its log end), as Kafka's Partition.updateFollowerFetchState:
+        both catch-up rules against the leader's LEO before the read (`leader_leo`). True when the HW moved. A
+        replica outside the assignment records nothing (the caller then answers without records)."""
         r = self.remote.get(replica_id)
         if r is None or not self.is_leader:
             return False
@@ -289,8 +290,8 @@ class Partition:
         return self.maybe_increment_high_watermark(now_ms)
 
     def maybe_expand_isr(self, replica_id: int, now_ms: int) -> IsrChange | None:
-        """A follower outside the ISR that reached the HW and this epoch's start (§3.4) is proposed for the
-        ISR; the returned change is pending (counted for the HW) until the store has it."""
+        """A follower outside the ISR that reached the HW and this epoch's start (Kafka's Partition.maybeExpandIsr)
+        is proposed for the ISR; the returned change is pending (counted for the HW) until the store has it."""
         r = self.remote.get(replica_id)
         if (r is None or not self.is_leader or self.pending is not None or self.isr_frozen
                 or replica_id in self.isr):
@@ -341,8 +342,8 @@ class Partition:
             self.pending = None
 
     def check_enough_replicas_for_acks_all(self) -> None:
-        """acks=all before the append (§3.6): NOT_ENOUGH_REPLICAS when the committed ISR is smaller than the
-        topic's min.insync.replicas; nothing is written."""
+        """acks=all before the append (as in Kafka's Partition.appendRecordsToLeader): NOT_ENOUGH_REPLICAS when
+        the committed ISR is smaller than the topic's min.insync.replicas; nothing is written."""
         need = self.min_insync_replicas
         if len(self.isr) < need:
             raise NotEnoughReplicasError(f"The size of the current ISR {self.isr} of {self.topic}-{self.partition} "
@@ -446,7 +447,8 @@ class Partition:
         return info
 
     def truncate_to(self, offset: int) -> bool:
-        """Drop everything at and above `offset` (§4.3 step 4): epoch cache, producer state and HW follow."""
+        """Drop everything at and above `offset` (Kafka's Partition.truncateTo): epoch cache, producer state and HW
+        follow."""
         return self.log.truncate_to(offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:

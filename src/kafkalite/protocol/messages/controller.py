@@ -1,5 +1,6 @@
 """Controller-to-broker requests of ZooKeeper-mode Kafka: LeaderAndIsr, StopReplica, UpdateMetadata, and the
-broker-to-controller ControlledShutdown (Kafka 3.6's message schemas, the versions the reference's §2.4 names).
+broker-to-controller ControlledShutdown, at the versions of Kafka 3.6's message schemas
+(LeaderAndIsrRequest.json and its siblings in clients/src/main/resources/common/message).
 
 ControlledShutdown starts at v1: Kafka's v0 has a non-standard request header without a client id."""
 
