@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("pyspark", reason="needs the spark extra: pip install 'kafkalite[spark]'")
+
 from tests.support.spark import (
     append,
     check_range_options,

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import string
 
-import pyarrow as pa
 import pytest
+
+pytest.importorskip("pyspark", reason="needs the spark extra: pip install 'kafkalite[spark]'")
+pa = pytest.importorskip("pyarrow")
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -10,8 +10,10 @@ import struct
 from contextlib import contextmanager
 
 import numpy as np
-import pyarrow as pa
 import pytest
+
+pytest.importorskip("pyspark", reason="needs the spark extra: pip install 'kafkalite[spark]'")
+pa = pytest.importorskip("pyarrow")
 from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("pyspark", reason="needs the spark extra: pip install 'kafkalite[spark]'")
+
 from kafkalite.manager.log_manager import LogManager
 from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.records.compression import CompressionType

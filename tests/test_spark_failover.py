@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+pytest.importorskip("pyspark", reason="needs the spark extra: pip install 'kafkalite[spark]'")
+
 from kafkalite.protocol import ApiKey
 from tests.support.cluster import SESSION_TIMEOUT_MS, Cluster
 

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("pyspark", reason="needs the spark extra: pip install 'kafkalite[spark]'")
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from kafkalite.manager.log_manager import LogManager

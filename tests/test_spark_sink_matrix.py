@@ -18,13 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("pyspark", reason="needs the spark extra: pip install 'kafkalite[spark]'")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.brokers import BrokerProcess
 from tests.support.spark import consumed_records, error_of, log_records
 
-pytest.importorskip("pyspark")
 pytest.importorskip("confluent_kafka")
 murmur2 = pytest.importorskip("kafka.partitioner.default").murmur2  # kafka-python's, an independent reference
 

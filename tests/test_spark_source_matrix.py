@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("pyspark", reason="needs the spark extra: pip install 'kafkalite[spark]'")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,8 +35,6 @@ from kafkalite.storage.log_config import LogConfig
 from tests.support import T0
 from tests.support.brokers import BrokerProcess
 from tests.support.spark import error_of, log_records
-
-pytest.importorskip("pyspark")
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs java"),

@@ -17,6 +17,8 @@ import textwrap
 
 import pytest
 
+pytest.importorskip("pyspark", reason="needs the spark extra: pip install 'kafkalite[spark]'")
+
 from kafkalite.spark.option_names import unused_options
 from kafkalite.spark.options import parse_read_options, parse_write_options
 
