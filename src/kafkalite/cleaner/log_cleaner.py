@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from kafkalite.cleaner.cleaner import Cleaner, LogCleaningAbortedError, ThreadShutdownError
+from kafkalite.cleaner.cleaner import Cleaner, LogCleaningAbortedError, LogToClean, ThreadShutdownError
 from kafkalite.cleaner.config import CleanerConfig
 from kafkalite.cleaner.filter import CleanerStats
 from kafkalite.cleaner.manager import LogCleanerManager, PreCleanStats
@@ -151,7 +151,7 @@ class LogCleaner:
             self.manager.done_deleting([tp for tp, _ in deletable])
         return stats
 
-    def _clean_log(self, cleaner: Cleaner, ltc) -> CleanerStats | None:
+    def _clean_log(self, cleaner: Cleaner, ltc: LogToClean) -> CleanerStats | None:
         start = ltc.first_dirty_offset
         end = start
         stats = None

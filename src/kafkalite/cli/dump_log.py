@@ -22,7 +22,7 @@ from kafkalite.errors import KafkaliteError
 from kafkalite.records.batch import RecordBatch
 from kafkalite.records.control import ControlRecordType, EndTransactionMarker, parse_control_type
 from kafkalite.storage import names
-from kafkalite.storage.file_records import FileRecords
+from kafkalite.storage.file_records import BatchHeader, FileRecords
 from kafkalite.storage.read_only import OFFSET_ENTRY, TIME_ENTRY, read_index_entries
 
 Emit = Callable[[dict[str, Any]], None]
@@ -319,7 +319,7 @@ def _guarded_views(records: FileRecords, end: int, dumper: Dumper, path: Path) -
         dumper.problem(path, position, str(exc))
 
 
-def _guarded_headers(records: FileRecords, dumper: Dumper, path: Path):
+def _guarded_headers(records: FileRecords, dumper: Dumper, path: Path) -> Iterator[BatchHeader]:
     try:
         yield from records.batch_headers(0)
     except KafkaliteError as exc:

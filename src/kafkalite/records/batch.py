@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Iterator
 
 from crc32c import crc32c
 
@@ -264,7 +265,7 @@ class RecordBatch:
         )
 
 
-def iter_batches(buf: bytes | bytearray | memoryview, *, strict: bool = False):
+def iter_batches(buf: bytes | bytearray | memoryview, *, strict: bool = False) -> Iterator[RecordBatch]:
     """Frame the batches of an in-memory byte run (a produce request's records, a fetched slice).
 
     Mirrors Kafka's batch iteration: fewer than 17 bytes left or a batch running past the end stops

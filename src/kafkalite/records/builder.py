@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
@@ -165,6 +165,6 @@ def build_empty_batch(
                      timestamp, producer_id, producer_epoch, base_sequence, 0, b"")
 
 
-def single(value: bytes | None = b"test", key: bytes | None = None, ts: int = NO_TIMESTAMP, **kw) -> bytearray:
+def single(value: bytes | None = b"test", key: bytes | None = None, ts: int = NO_TIMESTAMP, **kw: Any) -> bytearray:
     """A one-record batch: 72 bytes for b"test" with a null key, 76 with a 4-byte key."""
     return build_batch([SimpleRecord(key, value, ts)], **kw)

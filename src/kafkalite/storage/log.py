@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from crc32c import crc32c
 
@@ -288,7 +289,7 @@ class Log:
         for name in _WRITE_METHODS:  # instance attributes: the write paths of writable logs pay nothing
             setattr(self, name, self._refuse_write)
 
-    def _refuse_write(self, *_args: object, **_kwargs: object):
+    def _refuse_write(self, *_args: object, **_kwargs: object) -> NoReturn:
         raise LogError(f"log {self.dir} is open read-only")
 
     def update_config(self, config: LogConfig) -> None:

@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kafkalite.clock import Clock
 from kafkalite.errors import (
@@ -365,7 +366,7 @@ class LogLoader:
         return self._last_next_offset()
 
 
-def _progress_bar(total: int, desc: str):
+def _progress_bar(total: int, desc: str) -> Any:  # a tqdm bar (tqdm ships no types)
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, disable=None, leave=False)

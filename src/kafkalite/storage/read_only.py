@@ -18,6 +18,7 @@ import logging
 import os
 from bisect import bisect_left, bisect_right
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 from crc32c import crc32c
@@ -130,7 +131,7 @@ class ReadOnlyFileRecords(FileRecords):
     def end_at(self, size: int) -> None:
         self._size = size
 
-    def _refuse(self, *_args: object, **_kwargs: object):
+    def _refuse(self, *_args: object, **_kwargs: object) -> NoReturn:
         raise LogError(f"{self.path} is open read-only")
 
     append = truncate_to = trim = rename_to = delete_if_exists = set_last_modified_ms = _refuse
@@ -205,7 +206,7 @@ class ReadOnlySegment(LogSegment):
     def read_next_offset(self) -> int:
         return self.next_offset
 
-    def _refuse(self, *_args: object, **_kwargs: object):
+    def _refuse(self, *_args: object, **_kwargs: object) -> NoReturn:
         raise LogError(f"segment {self.log.path} is open read-only")
 
     append = append_from_file = truncate_to = recover = change_file_suffixes = _refuse

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sortedcontainers import SortedDict
 
 from kafkalite.storage.segment import LogSegment
@@ -24,11 +26,11 @@ class SegmentMap(SortedDict):
             active = self._active = self.peekitem(-1)[1]
         return active
 
-    def __setitem__(self, key, value) -> None:
+    def __setitem__(self, key: int, value: LogSegment) -> None:
         self._active = None
         super().__setitem__(key, value)
 
-    def __delitem__(self, key) -> None:
+    def __delitem__(self, key: int) -> None:
         self._active = None
         super().__delitem__(key)
 
@@ -36,19 +38,19 @@ class SegmentMap(SortedDict):
         self._active = None
         super().clear()
 
-    def pop(self, key, *default):
+    def pop(self, key: int, *default: Any) -> Any:
         self._active = None
         return super().pop(key, *default)
 
-    def popitem(self, index=-1):
+    def popitem(self, index: int = -1) -> tuple[int, LogSegment]:
         self._active = None
         return super().popitem(index)
 
-    def setdefault(self, key, default=None):
+    def setdefault(self, key: int, default: Any = None) -> Any:
         self._active = None
         return super().setdefault(key, default)
 
-    def update(self, *args, **kwargs) -> None:
+    def update(self, *args: Any, **kwargs: Any) -> None:
         self._active = None
         super().update(*args, **kwargs)
 
