@@ -787,7 +787,8 @@ class ClusterNode:
             await asyncio.sleep(WAIT_STEP_S)
         return True
 
-    async def create_topics(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
+    # over the complexity limit: still to split (issue 34)
+    async def create_topics(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:  # noqa: C901
         validate_only = body.get("validate_only", False)
         timeout_ms = body.get("timeout_ms", 60000)
         requested = body.get("topics", [])

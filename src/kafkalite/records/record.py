@@ -55,7 +55,8 @@ def _read_bytes(buf: bytes, pos: int, end: int, what: str) -> tuple[bytes | None
     return buf[pos : pos + length], pos + length
 
 
-def decode_records(
+# a hot decoder: one pass per batch or record, kept whole on purpose
+def decode_records(  # noqa: C901
     data: bytes,
     count: int,
     base_offset: int,

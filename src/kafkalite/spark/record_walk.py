@@ -148,8 +148,9 @@ def _sized(u8: np.ndarray, q: int, stop: int) -> tuple[int, int | np.int64, int]
     return OK, n, q
 
 
+# a hot decoder: one pass per batch or record, kept whole on purpose
 @njit(cache=True, nogil=True)
-def walk_records(u8, payload_starts, payload_ends, counts, rec_end, ts_delta, offset_delta, key_start, key_len,
+def walk_records(u8, payload_starts, payload_ends, counts, rec_end, ts_delta, offset_delta, key_start, key_len,  # noqa: C901
                  value_start, value_len, header_at, header_count):
     """Every record of every batch: its fields' positions and values, into the arrays given.
 

@@ -297,7 +297,8 @@ class FileRecords:
             yield pos, size, mv[off : off + need]
             pos += size
 
-    def scan_valid(self, start: int = 0, *, stride: int | None = None) -> Iterator[ValidBatches]:
+    # a hot decoder: one pass per batch or record, kept whole on purpose
+    def scan_valid(self, start: int = 0, *, stride: int | None = None) -> Iterator[ValidBatches]:  # noqa: C901
         """The recovery scan: the valid batches from `start`, one `ValidBatches` per mapped window.
 
         A batch is valid when it frames (length >= 49), fits before the logical end, is v2 and passes
