@@ -9,20 +9,16 @@ settings.register_profile("ci", max_examples=150, deadline=None, suppress_health
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
-# Which modules carry which marker (`make test-fast` deselects all three). By module, so a new test in an
-# existing file is marked as its neighbours are; a new module that starts Spark, a real client matrix or
-# many processes belongs in one of these sets.
+# Which modules carry which marker (`make test-fast` deselects them). By module, so a new test in an existing
+# file is marked as its neighbours are; a new module that starts Spark or a real client matrix belongs in one of
+# these sets. `slow` is marked test by test (`@pytest.mark.slow`, over about a quarter of a second): pytest prints
+# the 20 slowest tests of every run, which is where a new one shows up.
 MODULE_MARKERS: dict[str, frozenset[str]] = {
     "spark": frozenset({"test_cli_demo", "test_readme", "test_demo_report"}),  # plus every test_spark*
     "clients": frozenset({
         "test_broker_clients", "test_broker_groups", "test_protocol_aiokafka", "test_protocol_kafka_python",
         "test_protocol_gaps", "test_kafkajs", "test_cli_console", "test_cli_admin",
         "test_security_tls", "test_security_sasl", "test_security_acl", "test_security_combined",
-    }),
-    "slow": frozenset({
-        "test_cleaner_crash", "test_log_recovery", "test_cli_broker", "test_config_startup", "test_topic_scale",
-        "test_locks", "test_read_only_log", "test_log_recovery_oserror", "test_dump_log", "test_cleaner_property",
-        "test_index_damage",
     }),
 }
 

@@ -197,6 +197,7 @@ def test_many_small_frames_in_one_read_are_copied_out_of_the_staging_buffer():
     assert asyncio.run(main()) == frames
 
 
+@pytest.mark.slow
 def test_a_slow_reader_of_a_big_tls_response_is_not_buffered_whole(pki, tmp_path):
     """32 MiB of record bytes to a TLS client that reads slowly: the broker copies them through the TLS
     transport chunk by chunk and waits for the transport to drain, so its write buffer stays bounded."""
@@ -272,6 +273,7 @@ def _produce_request(topic: str, batch: bytes, correlation: int) -> bytes:
         "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
 
 
+@pytest.mark.slow
 def test_broker_takes_a_1_mib_produce_in_small_segments_and_pipelined_requests_in_order(broker):
     with KafkaClient(f"127.0.0.1:{broker.port}") as client:
         topic = f"ch-{uuid.uuid4().hex[:8]}"
@@ -305,6 +307,7 @@ def test_broker_takes_a_1_mib_produce_in_small_segments_and_pipelined_requests_i
         assert corr == 4 and body["topics"][0]["partitions"][0]["offset"] == 6
 
 
+@pytest.mark.slow
 def test_requests_received_into_reused_buffers_are_written_exactly_as_sent(broker):
     """Three connections pipelining produce requests of 130 KiB to 1000 KiB at once: the broker receives request
     frames into a few buffers it reuses (`FrameBuffers`), so a buffer handed out again while a view of its last
@@ -397,6 +400,7 @@ async def _echo(ch: Channel, f: memoryview) -> None:
     await ch.drain()
 
 
+@pytest.mark.slow
 def test_a_response_of_many_regions_goes_to_a_slow_reader_whole_without_loop_sendfile(tmp_path):
     """200 partitions' headers and 64 KiB regions, then a 16 MiB one, to a reader slower than the socket: every
     byte arrives in order, the wait for a full socket happens in `send_parts` (asyncio's sendfile, which
@@ -454,6 +458,7 @@ def test_a_response_of_many_regions_goes_to_a_slow_reader_whole_without_loop_sen
     assert echo == frame(b"next")
 
 
+@pytest.mark.slow
 def test_a_reader_that_goes_away_mid_response_ends_only_its_connection(tmp_path):
     """The peer closes while a 64 MiB region waits for room in its socket: sending ends with a
     ConnectionError, every region's descriptor is closed, the writer registration is gone (the next
@@ -505,6 +510,7 @@ def test_a_reader_that_goes_away_mid_response_ends_only_its_connection(tmp_path)
             os.fstat(fd)  # closed by _send
 
 
+@pytest.mark.slow
 def test_regions_wait_for_the_bytes_the_transport_still_holds(tmp_path):
     """Bytes written through the transport before a response of file regions (8 MiB, most of them still
     buffered: the reader has not started) leave first: `send_parts` waits for the transport to empty before

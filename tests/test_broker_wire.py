@@ -75,6 +75,7 @@ def part_of(resp: dict) -> dict:
 # --- ApiVersions -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_api_versions_v0_v3_and_unsupported_version_fallback(broker):
     with connect(broker) as s:
         corr, body = raw_call(s, ApiKey.API_VERSIONS, 0, {})
@@ -213,6 +214,7 @@ def test_idempotent_producer_duplicates_and_gaps(broker):
 # --- fetch -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_long_poll_wakes_on_append_and_times_out_without(broker):
     with KafkaClient(broker.bootstrap) as c:
         topic = new_topic(c)
@@ -308,6 +310,7 @@ def test_metadata_auto_create_and_invalid_names(broker):
 # --- restarts and foreign data -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_restart_keeps_data_topics_and_configs(tmp_path):
     data = tmp_path / "data"
     b = BrokerProcess(data).start()
@@ -334,6 +337,7 @@ def test_restart_keeps_data_topics_and_configs(tmp_path):
     assert b.stop() == 0
 
 
+@pytest.mark.slow
 def test_serves_a_data_dir_written_by_an_independent_writer(tmp_path):
     ck = pytest.importorskip("confluent_kafka")
     data = tmp_path / "data"
@@ -353,6 +357,7 @@ def test_serves_a_data_dir_written_by_an_independent_writer(tmp_path):
         assert b.stop() == 0, b.output()
 
 
+@pytest.mark.slow
 def test_idle_connections_are_closed_after_connections_max_idle_ms(tmp_path):
     b = BrokerProcess(tmp_path / "data", {"connections.max.idle.ms": 400}).start()
     try:
@@ -367,6 +372,7 @@ def test_idle_connections_are_closed_after_connections_max_idle_ms(tmp_path):
         assert b.stop() == 0, b.output()
 
 
+@pytest.mark.slow
 def test_compacted_topic_is_cleaned_by_the_broker(tmp_path):
     """A compacted topic created over the wire is compacted by the broker's own cleaner threads."""
     b = BrokerProcess(tmp_path / "data", {"log.cleaner.backoff.ms": 100}).start()

@@ -237,6 +237,7 @@ offset_maps = st.dictionaries(
 )
 
 
+@pytest.mark.slow
 @given(offset_maps)
 def test_offset_checkpoint_round_trip(offsets: dict) -> None:
     f = OffsetCheckpointFile("mem")
@@ -292,6 +293,7 @@ def _generation_map(generation: int) -> dict[tuple[str, int], int]:
     return {(f"topic-{p}", p): generation for p in range(400)}
 
 
+@pytest.mark.slow
 def test_atomic_write_survives_sigkill_at_random_moments(tmp_path: Path) -> None:
     path = tmp_path / REPLICATION_OFFSET_CHECKPOINT_FILE
     f = OffsetCheckpointFile(path)
@@ -515,6 +517,7 @@ def test_meta_properties_arbitrary_bytes(data: bytes) -> None:
         assert isinstance(decode_properties(data), dict)
 
 
+@pytest.mark.slow
 def test_concurrent_writers_of_one_checkpoint_never_collide(tmp_path) -> None:
     """The broker's periodic high-watermark checkpoint and its shutdown checkpoint once ran together:
     both wrote the same `.tmp` and the second rename failed. Each writer here builds its own object,

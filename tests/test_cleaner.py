@@ -526,6 +526,7 @@ def test_rewritten_batch_matches_kafka_builder(tmp_path, env):
     assert bytes(got.buffer) == bytes(want)
 
 
+@pytest.mark.slow
 def test_vector_hash_matches_scalar_and_spreads():
     rng = np.random.default_rng(1)
     ks = [bytes(rng.integers(0, 256, int(n), dtype=np.uint8)) for n in rng.integers(0, 40, 3000)]

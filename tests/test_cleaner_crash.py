@@ -18,6 +18,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from kafkalite.clock import MockClock
 from kafkalite.scheduler import MockScheduler
 from kafkalite.storage import names
@@ -99,6 +101,7 @@ def check(path: Path) -> str:
         lg.close()
 
 
+@pytest.mark.slow
 def test_sigkill_during_cleaning_loses_nothing(tmp_path):
     rng = random.Random(20261122)
     delays = [rng.uniform(0.05, 1.2) for _ in range(KILLS)]
@@ -130,6 +133,7 @@ print("survived", renames, flush=True)
 """
 
 
+@pytest.mark.slow
 def test_sigkill_at_every_rename_of_the_swap(tmp_path):
     """Die right before the n-th rename of a cleaning: every step of .cleaned -> .swap -> .deleted -> final."""
 

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -67,6 +68,7 @@ def _check(lg: Log, written: dict[int, tuple[bytes, bytes | None]]) -> list:
     return got
 
 
+@pytest.mark.slow
 @settings(max_examples=50)  # each example builds and cleans a real log several times
 @given(ops)
 def test_cleaning_keeps_the_latest_value_of_every_key(steps):

@@ -22,6 +22,7 @@ def kl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
                           text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_topics_create_list_describe_delete(broker):
     bs = ["--bootstrap-server", broker.bootstrap]
     r = kl("topics", *bs, "--create", "--topic", "orders", "--partitions", "3", "--config", "retention.ms=86400000")
@@ -42,6 +43,7 @@ def test_topics_create_list_describe_delete(broker):
     assert r.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in r.stdout
 
 
+@pytest.mark.slow
 def test_console_produce_and_consume(broker):
     bs = ["--bootstrap-server", broker.bootstrap]
     assert kl("topics", *bs, "--create", "--topic", "lines").returncode == 0
@@ -54,11 +56,13 @@ def test_console_produce_and_consume(broker):
     assert r.stdout.splitlines() == [f"Offset:{i}\tuser-{i}\tclicked {i}" for i in range(25)]
 
 
+@pytest.mark.slow
 def test_cli_reports_an_unreachable_broker():
     r = kl("topics", "--bootstrap-server", "127.0.0.1:1", "--list")
     assert r.returncode == 1 and "cannot reach the broker" in r.stdout
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_bad_config_and_a_locked_data_dir(broker, tmp_path):
     r = kl("serve", "--override", "num.partitions=zero", "--override", f"log.dirs={tmp_path / 'x'}")
     assert r.returncode == 1 and "num.partitions" in r.stdout
@@ -66,6 +70,7 @@ def test_serve_refuses_a_bad_config_and_a_locked_data_dir(broker, tmp_path):
     assert r.returncode == 1 and "lock" in r.stdout
 
 
+@pytest.mark.slow
 def test_sigquit_logs_what_each_task_waits_on_and_the_broker_goes_on(broker):
     """kill -3, as for a JVM: the broker's asyncio tasks and every thread's stack go to its log; it keeps
     serving."""
@@ -85,6 +90,7 @@ def test_sigquit_logs_what_each_task_waits_on_and_the_broker_goes_on(broker):
     assert res.returncode == 0, res.stderr
 
 
+@pytest.mark.slow
 def test_sigquit_while_the_broker_exits_does_not_fail_its_clean_stop(tmp_path):
     """A stop slower than the tests' patience gets a SIGQUIT (tests/support/brokers.py); one that arrived after the
     event loop closed used to kill the exiting process (rc -3, SIGQUIT's default action), which turned a slow but

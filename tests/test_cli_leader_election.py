@@ -17,6 +17,7 @@ partitions = st.lists(st.tuples(st.text(min_size=1, max_size=20), st.integers(0,
                       max_size=20, unique=True)
 
 
+@pytest.mark.slow
 @given(partitions)
 def test_valid_files_give_their_partitions(tps):
     doc = {"partitions": [{"topic": t, "partition": p} for t, p in tps]}

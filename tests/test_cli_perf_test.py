@@ -63,6 +63,7 @@ def committed_total(broker, group: str) -> int:
         admin.close()
 
 
+@pytest.mark.slow
 def test_producer_perf_test_writes_what_it_reports(broker):
     assert kl("topics", "--bootstrap-server", broker.bootstrap, "--create", "--topic", "perf",
               "--partitions", "3").returncode == 0
@@ -84,6 +85,7 @@ def test_producer_perf_test_writes_what_it_reports(broker):
     assert {r.partition for r in records} == {0, 1, 2}  # keyless batches move round the partitions
 
 
+@pytest.mark.slow
 def test_producer_perf_test_holds_its_throughput(broker):
     t0 = time.monotonic()
     r = kl("producer-perf-test", "--topic", "slow", "--num-records", "600", "--record-size", "10",
@@ -98,6 +100,7 @@ def test_producer_perf_test_holds_its_throughput(broker):
     assert "producer-metrics:record-error-total = 0" in r.stdout
 
 
+@pytest.mark.slow
 def test_producer_perf_test_payload_file_compression_and_acks_0(broker, tmp_path):
     payloads = tmp_path / "payloads.txt"
     payloads.write_bytes(b"alpha|beta|gamma|")
@@ -114,6 +117,7 @@ def test_producer_perf_test_payload_file_compression_and_acks_0(broker, tmp_path
     assert all(re.fullmatch(rb"[A-Z]{7}", v) for v in values[300:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("props, named", [
     (["no.such.setting=1"], "no.such.setting"),
     (["enable.idempotence=true"], "enable.idempotence"),
@@ -127,12 +131,14 @@ def test_producer_perf_test_refuses_settings_by_name(broker, props, named):
     assert r.returncode in (1, 2) and named in r.stderr and "records sent" not in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_producer_perf_test_refuses_acks_it_cannot_send(broker):
     r = kl("producer-perf-test", "--topic", "perf", "--num-records", "1", "--record-size", "1", "--throughput",
            "-1", "--bootstrap-server", broker.bootstrap, "--producer-props", "acks=2")
     assert r.returncode == 1 and "acks must be" in r.stderr, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_consumer_perf_test_counts_what_it_commits(broker):
     assert kl("producer-perf-test", "--topic", "eaten", "--num-records", "9000", "--record-size", "50",
               "--throughput", "-1", "--bootstrap-server", broker.bootstrap).returncode == 0
@@ -156,6 +162,7 @@ def test_consumer_perf_test_counts_what_it_commits(broker):
     assert committed_total(broker, "eater") == 9000
 
 
+@pytest.mark.slow
 def test_consumer_perf_test_options_and_refusals(broker):
     r = kl("consumer-perf-test", "--bootstrap-server", broker.bootstrap, "--topic", "eaten", "--messages", "10",
            "--date-format", "yyyy-MM-dd'T'HH:mm:ss.SSS", "--hide-header", "--from-latest", "--timeout", "500")
@@ -169,6 +176,7 @@ def test_consumer_perf_test_options_and_refusals(broker):
     assert r.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in r.stderr, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_producer_perf_test_reports_a_broker_that_died(tmp_path):
     """kill -9 of the only broker mid-run: what was in flight is reported as unknown, the run stops naming the
     cause, prints its totals and fails; it does not hang."""
@@ -190,6 +198,7 @@ def test_producer_perf_test_reports_a_broker_that_died(tmp_path):
     assert total and 0 < int(total[1]) < 100000, out
 
 
+@pytest.mark.slow
 def test_producer_perf_test_refuses_a_throughput_of_zero(broker):
     """0 records/s would wait forever (Kafka's throttler divides by it); -1 is the way to say no limit."""
     r = kl("producer-perf-test", "--topic", "perf", "--num-records", "5", "--record-size", "1", "--throughput", "0",
@@ -197,6 +206,7 @@ def test_producer_perf_test_refuses_a_throughput_of_zero(broker):
     assert r.returncode == 2 and "--throughput" in r.stderr and "-1" in r.stderr, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [4096, 1048576])
 def test_producer_perf_test_batches_never_pass_batch_size(broker, batch_size):
     """A batch closes before a record would take it past batch.size (as Kafka's accumulator): with batch.size at

@@ -17,6 +17,7 @@ from tests.support.brokers import running_broker
 HIGH = 1100
 
 
+@pytest.mark.slow
 def test_client_works_with_descriptors_above_1024(tmp_path):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < HIGH + 100:

@@ -36,6 +36,7 @@ def name() -> str:
     return f"r-{uuid.uuid4().hex[:8]}"
 
 
+@pytest.mark.slow
 def test_bootstrap_list_skips_a_dead_first_entry(broker):
     dead = free_port()
     with KafkaClient(f"127.0.0.1:{dead},{broker.bootstrap}", connect_timeout_s=2) as c:
@@ -51,6 +52,7 @@ def test_no_reachable_bootstrap_names_every_address():
         KafkaClient(f"127.0.0.1:{a},127.0.0.1:{b}", connect_timeout_s=1)
 
 
+@pytest.mark.slow
 def test_metadata_view_has_brokers_leaders_and_epochs(broker):
     with KafkaClient(broker.bootstrap) as c:
         topic = name()
@@ -67,6 +69,7 @@ def test_metadata_view_has_brokers_leaders_and_epochs(broker):
         assert c.fetch(topic, 1, 0)[0]["high_watermark"] == 1
 
 
+@pytest.mark.slow
 def test_produce_waits_for_a_topic_being_created(broker):
     """UNKNOWN_TOPIC_OR_PARTITION is retried with a metadata refresh until the topic appears."""
     topic = name()
@@ -81,6 +84,7 @@ def test_produce_waits_for_a_topic_being_created(broker):
         assert time.monotonic() - started >= 0.4
 
 
+@pytest.mark.slow
 def test_retries_end_at_the_deadline(broker):
     with KafkaClient(broker.bootstrap, retry_timeout_s=0.6) as c:
         started = time.monotonic()
@@ -90,6 +94,7 @@ def test_retries_end_at_the_deadline(broker):
         assert 0.3 < time.monotonic() - started < 5
 
 
+@pytest.mark.slow
 def test_a_partition_the_topic_does_not_have_fails_at_once(broker):
     with KafkaClient(broker.bootstrap, retry_timeout_s=30) as c:
         topic = name()
@@ -101,6 +106,7 @@ def test_a_partition_the_topic_does_not_have_fails_at_once(broker):
         assert time.monotonic() - started < 5
 
 
+@pytest.mark.slow
 def test_a_broker_bounce_is_retried_for_reads_and_unknown_for_a_produce_in_flight(broker):
     with KafkaClient(broker.bootstrap, retry_timeout_s=60) as c:
         topic = name()
@@ -133,6 +139,7 @@ def test_a_broker_bounce_is_retried_for_reads_and_unknown_for_a_produce_in_fligh
         assert part["high_watermark"] == 4 and data  # the stalled produce was written after all
 
 
+@pytest.mark.slow
 def test_group_calls_go_to_the_coordinator(broker):
     dead = free_port()
     with KafkaClient(f"127.0.0.1:{dead},{broker.bootstrap}", connect_timeout_s=2) as c:
@@ -144,6 +151,7 @@ def test_group_calls_go_to_the_coordinator(broker):
         assert c.delete_groups(["g1"]) == {"g1": 0}
 
 
+@pytest.mark.slow
 def test_partition_requests_go_to_the_leader_metadata_names(tmp_path):
     """The broker advertises "localhost" while the bootstrap list says 127.0.0.1: data requests must use
     the leader's advertised address (a connection per broker, opened on first use), not the bootstrap one."""

@@ -9,6 +9,8 @@ import json
 import time
 import uuid
 
+import pytest
+
 from kafkalite.broker.metadata import MetadataStore, write_partition_topic_id
 from kafkalite.client import KafkaClient
 from kafkalite.cluster import znodes as z
@@ -169,6 +171,7 @@ def test_update_isr_is_a_compare_and_set_then_a_notification(tmp_path):
     run(main())
 
 
+@pytest.mark.slow
 def test_a_broker_opens_a_data_dir_of_the_single_broker_file_unchanged(tmp_path):
     """`kafkalite serve` without zookeeper.connect runs the controller over this store: a data dir written by
     the single-broker code (MetadataStore's file, logs led at epoch 4) serves the same topic, id, configs and

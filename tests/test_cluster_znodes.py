@@ -18,6 +18,7 @@ endpoints = st.builds(z.Endpoint, st.sampled_from(["PLAINTEXT", "INTERNAL"]), ho
                       st.just("PLAINTEXT"))
 
 
+@pytest.mark.slow
 @given(ids, st.lists(endpoints, min_size=1, max_size=3, unique_by=lambda e: e.listener),
        st.none() | st.text(min_size=1, max_size=10), st.integers(0, 2**62))
 def test_broker_registration_round_trip(broker_id, eps, rack, czxid):
@@ -43,6 +44,7 @@ def test_reads_a_registration_written_by_kafka():
     assert reg.endpoint() == z.Endpoint("PLAINTEXT", "kafka-0", 9092) and reg.epoch == 42 and reg.rack is None
 
 
+@pytest.mark.slow
 @given(names, st.uuids(), st.dictionaries(st.integers(0, 1000), st.lists(ids, min_size=1, max_size=5),
                                           min_size=1, max_size=20))
 def test_topic_assignment_round_trip(topic, topic_id, parts):
@@ -79,6 +81,7 @@ def test_controller_and_epoch_round_trip(broker_id):
     assert z.encode_controller_epoch(7) == b"7"  # plain text, not JSON
 
 
+@pytest.mark.slow
 @given(names, st.dictionaries(st.text(min_size=1, max_size=20), st.text(max_size=20), max_size=5))
 def test_topic_config_and_change_round_trip(topic, cfg):
     assert z.decode_topic_config(topic, z.encode_topic_config(cfg)) == cfg

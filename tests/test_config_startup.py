@@ -71,6 +71,7 @@ def assert_refused(r: subprocess.CompletedProcess, *expected: str) -> None:
     assert "Traceback" not in text and "clean-shutdown marker" not in text and "shut down" not in text, text
 
 
+@pytest.mark.slow
 def test_misspelt_keys_are_warned_about_with_the_nearest_name(tmp_path):
     b = BrokerProcess(tmp_path / "data", {"listners": "PLAINTEXT://127.0.0.1:1", "log.retention.hourz": 5,
                                           "num.network.threads": 3}).start()
@@ -83,6 +84,7 @@ def test_misspelt_keys_are_warned_about_with_the_nearest_name(tmp_path):
     assert "num.network.threads is accepted but has no effect" in out, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key,value,rule", [
     ("socket.request.max.bytes", "-5", "Value must be at least 1"),
     ("node.id", "-1", "Value must be at least 0"),
@@ -96,6 +98,7 @@ def test_bad_values_are_refused_naming_key_value_and_rule(tmp_path, key, value, 
     assert_refused(r, f"Invalid value {value} for configuration {key}", rule)
 
 
+@pytest.mark.slow
 def test_the_same_dir_twice_in_log_dirs_is_refused(tmp_path):
     d = tmp_path / "data"
     r = serve("--override", f"log.dirs={d},{tmp_path}/./data/", "--override",
@@ -104,6 +107,7 @@ def test_the_same_dir_twice_in_log_dirs_is_refused(tmp_path):
     assert "another process" not in r.stdout
 
 
+@pytest.mark.slow
 def test_a_data_dir_that_is_a_file_is_named(tmp_path):
     f = tmp_path / "data"
     f.write_text("not a dir")
@@ -114,6 +118,7 @@ def test_a_data_dir_that_is_a_file_is_named(tmp_path):
         assert "port" not in r.stdout
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_named_and_no_data_dir_is_touched(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -125,6 +130,7 @@ def test_a_port_in_use_is_named_and_no_data_dir_is_touched(tmp_path):
     assert not (tmp_path / "d").exists()
 
 
+@pytest.mark.slow
 def test_a_locked_data_dir_says_so(tmp_path):
     b = BrokerProcess(tmp_path / "data").start()
     try:
@@ -135,6 +141,7 @@ def test_a_locked_data_dir_says_so(tmp_path):
     assert_refused(r, str(b.data_dir), "is held by pid")
 
 
+@pytest.mark.slow
 def test_a_properties_file_with_escapes_and_continuations_is_read_as_java_does(tmp_path):
     port = free_port()
     data = tmp_path / "dätä dir"
@@ -156,6 +163,7 @@ def test_a_properties_file_with_escapes_and_continuations_is_read_as_java_does(t
     assert (data / "meta.properties").exists()
 
 
+@pytest.mark.slow
 def test_serve_help_shows_listeners_data_dir_config_and_overrides():
     r = subprocess.run([sys.executable, "-m", "kafkalite.cli.main", "serve", "--help"], capture_output=True,
                        text=True, timeout=30)
@@ -165,6 +173,7 @@ def test_serve_help_shows_listeners_data_dir_config_and_overrides():
         assert text in r.stdout, r.stdout
 
 
+@pytest.mark.slow
 def test_every_override_in_the_serve_help_is_a_setting_the_broker_takes():
     """The help's examples must stay true: each example's --override settings pass the broker's validation
     (the help once said TLS and SASL settings were refused, long after they worked)."""
@@ -180,6 +189,7 @@ def test_every_override_in_the_serve_help_is_a_setting_the_broker_takes():
         BrokerConfig.load(None, props)  # raises InvalidConfigError naming the key otherwise
 
 
+@pytest.mark.slow
 def test_stock_kafka_server_properties_starts_with_warnings(tmp_path):
     """Kafka's own KRaft server.properties (trimmed of comments) runs, the KRaft-only keys warned about."""
     port, cport = free_port(), free_port()

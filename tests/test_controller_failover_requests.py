@@ -23,6 +23,7 @@ def _partitions(body: dict, topic: str) -> int:
     return sum(len(t["partition_states"]) for t in body.get("topic_states", []) if t["topic_name"] == topic)
 
 
+@pytest.mark.slow
 def test_a_restart_sends_each_partition_state_once_in_update_metadata(tmp_path, monkeypatch):
     cfg = BrokerConfig.load(None, {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": tmp_path / "data"})
     seen: Counter[str] = Counter()

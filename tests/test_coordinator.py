@@ -7,6 +7,8 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
+
 from kafkalite.coordinator import GroupCoordinator
 from kafkalite.coordinator.consumer_protocol import encode_assignment, encode_subscription
 from kafkalite.error_codes import ErrorCode
@@ -89,6 +91,7 @@ def test_three_members_six_partitions_disjoint_complete_assignment(tmp_path):
     run(tmp_path, scenario)
 
 
+@pytest.mark.slow
 def test_join_leave_and_kill_each_rebalance_to_stable(tmp_path):
     async def scenario(coord):
         consumers = [SimConsumer(coord, "g", TOPICS, f"c{i}").start() for i in range(3)]
@@ -150,6 +153,7 @@ def test_pending_member_that_never_returns_expires(tmp_path):
     run(tmp_path, scenario)
 
 
+@pytest.mark.slow
 def test_initial_rebalance_delay_gathers_late_joiners(tmp_path):
     async def scenario(coord):
         started = time.monotonic()
@@ -168,6 +172,7 @@ def test_initial_rebalance_delay_gathers_late_joiners(tmp_path):
     run(tmp_path, scenario, group_initial_rebalance_delay_ms=250)
 
 
+@pytest.mark.slow
 def test_rebalance_timeout_drops_members_that_do_not_rejoin(tmp_path):
     async def scenario(coord):
         a = asyncio.ensure_future(call(coord, JOIN, 3, join_body(session=5000, rebalance=300), client="a"))
@@ -196,6 +201,7 @@ def test_rebalance_timeout_drops_members_that_do_not_rejoin(tmp_path):
     run(tmp_path, scenario)
 
 
+@pytest.mark.slow
 def test_member_that_never_syncs_is_removed(tmp_path):
     async def scenario(coord):
         a = asyncio.ensure_future(call(coord, JOIN, 3, join_body(session=5000, rebalance=300)))
@@ -268,6 +274,7 @@ def test_protocol_and_parameter_checks(tmp_path):
     run(tmp_path, scenario)
 
 
+@pytest.mark.slow
 def test_static_member_rejoin_keeps_assignment_without_rebalance(tmp_path):
     async def scenario(coord):
         static = SimConsumer(coord, "g", TOPICS, "s", version=7, instance_id="instance-1", session_ms=1000).start()

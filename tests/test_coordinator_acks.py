@@ -176,6 +176,7 @@ async def _follower_never_fetches(leader: OffsetsLeader) -> None:
     assert part.log_end_offset == 1 and part.high_watermark == 0  # written, maybe committed later
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", [
     _isr_shrinks_after_the_follower_fetched, _isr_below_min_insync_replicas, _leadership_moves_while_waiting,
     _follower_never_fetches,
@@ -241,6 +242,7 @@ def test_sync_group_waits_for_the_assignment_to_replicate(tmp_path):
     run(tmp_path, scenario)
 
 
+@pytest.mark.slow
 def test_sync_group_timeout_is_rebalance_in_progress(tmp_path):
     """storeGroup: REQUEST_TIMED_OUT -> REBALANCE_IN_PROGRESS (members rejoin), and no assignment is given."""
     async def scenario(leader: OffsetsLeader) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from kafkalite.coordinator import GroupCoordinator
 from kafkalite.error_codes import ErrorCode
 from tests.support.coordinator import COMMIT, FETCH, JOIN, SimConsumer, coordinator, eventually, manager
@@ -40,6 +42,7 @@ def two_groups_on_two_partitions(coord: GroupCoordinator) -> tuple[str, str]:
     return a, b
 
 
+@pytest.mark.slow
 def test_groups_of_a_partition_load_on_election_and_unload_on_resignation(tmp_path):
     async def main() -> None:
         lm = manager(tmp_path)

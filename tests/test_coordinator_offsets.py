@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from kafkalite.clock import MockClock
 from kafkalite.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from kafkalite.coordinator.consumer_protocol import encode_subscription
@@ -153,6 +155,7 @@ def test_commit_validation(tmp_path):
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_commits_and_group_survive_a_restart(tmp_path):
     topics = {"t": 6}
 

@@ -27,6 +27,7 @@ def open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors through /proc")
 def test_a_log_manager_holds_about_one_descriptor_per_partition(tmp_path):
     before = open_descriptors()

@@ -50,6 +50,7 @@ def kafka_python_segment(directory: Path, n_batches: int = 20) -> list[tuple[int
     return expected
 
 
+@pytest.mark.slow
 def test_dump_our_segment_with_records_and_indexes(tmp_path):
     seg = LogSegment.open(tmp_path, 0, index_interval_bytes=100)
     for o in range(10):
@@ -66,6 +67,7 @@ def test_dump_our_segment_with_records_and_indexes(tmp_path):
     assert any(line.startswith("timestamp: 1009 offset: 9") for line in lines)
 
 
+@pytest.mark.slow
 def test_dump_kafka_python_segment_json(tmp_path):
     expected = kafka_python_segment(tmp_path)
     out = run_cli("--deep-iteration", "--print-data-log", "--json", names.log_file(tmp_path, 0))
@@ -92,6 +94,7 @@ def test_kafka_python_segment_recovers_and_indexes(tmp_path):
         assert first.base_offset <= off <= first.last_offset, data
 
 
+@pytest.mark.slow
 def test_corrupt_crc_reported_with_position(tmp_path):
     seg = LogSegment.open(tmp_path, 0)
     for o in range(5):
@@ -107,6 +110,7 @@ def test_corrupt_crc_reported_with_position(tmp_path):
     assert out.stdout.count("baseOffset:") == 5  # the scan goes on after a bad CRC
 
 
+@pytest.mark.slow
 def test_broken_frame_and_tail_reported(tmp_path):
     seg = LogSegment.open(tmp_path, 0)
     for o in range(3):
@@ -121,6 +125,7 @@ def test_broken_frame_and_tail_reported(tmp_path):
     assert out.stdout.count("baseOffset:") == 3
 
 
+@pytest.mark.slow
 def test_truncated_tail_reported(tmp_path):
     seg = LogSegment.open(tmp_path, 0)
     for o in range(3):
@@ -132,6 +137,7 @@ def test_truncated_tail_reported(tmp_path):
     assert out.returncode == 1 and "found 62 invalid bytes at the end" in out.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("garbage", [b"", b"\x00" * 7, os.urandom(3000), b"\xff" * 61])
 def test_garbage_files_never_crash(tmp_path, garbage):
     for suffix in (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX):
@@ -142,6 +148,7 @@ def test_garbage_files_never_crash(tmp_path, garbage):
     assert out.returncode in (0, 1)
 
 
+@pytest.mark.slow
 def test_index_mismatch_detected(tmp_path):
     seg = LogSegment.open(tmp_path, 0, index_interval_bytes=1)
     for o in range(5):
@@ -157,6 +164,7 @@ def test_index_mismatch_detected(tmp_path):
     assert "offset: 1 position" not in out.stdout  # verify-only prints mismatches only
 
 
+@pytest.mark.slow
 def test_index_sanity_check_mode(tmp_path):
     seg = LogSegment.open(tmp_path, 5, index_interval_bytes=1)
     for o in range(5, 9):
@@ -173,6 +181,7 @@ def test_index_sanity_check_mode(tmp_path):
 _bytes_or_none = st.none() | st.binary(max_size=64) | st.text(max_size=16).map(str.encode)
 
 
+@pytest.mark.slow
 @given(records=st.lists(st.tuples(_bytes_or_none, _bytes_or_none,
                                   st.lists(st.tuples(st.text(max_size=8), _bytes_or_none), max_size=3)),
                         min_size=1, max_size=5))
@@ -194,6 +203,7 @@ def test_json_output_round_trips_any_bytes(tmp_path_factory, records):
     assert got == [(k, v, list(h)) for k, v, h in records]
 
 
+@pytest.mark.slow
 def test_json_marks_binary_values_as_base64(tmp_path):
     seg = LogSegment.open(tmp_path, 0)
     seg.append(0, 1000, 0, build_batch([SimpleRecord(b"text", b"\xf1\xdf\x00", 1000, headers=[("h", b"\xff")])]))
@@ -210,6 +220,7 @@ def test_json_marks_binary_values_as_base64(tmp_path):
 # --- a live broker's active segment -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_dump_a_live_broker_active_segment_index(tmp_path):
     from tests.support.clients import create_topic, produce
 

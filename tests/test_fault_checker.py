@@ -60,6 +60,7 @@ def _replicas(root: Path):
     return snapshot_replicas({b: root / f"b{b}" for b in (1, 2, 3)}, "t", 1)
 
 
+@pytest.mark.slow
 def test_identical_replicas_and_complete_reads_are_clean(three_replicas):
     root, _env, _logs = three_replicas
     rep = check(_sends(), _reads(), _replicas(root), {0: 7}, expect_replicas=3)
@@ -68,6 +69,7 @@ def test_identical_replicas_and_complete_reads_are_clean(three_replicas):
     assert rep.acked == 7 and rep.read == 7 and rep.counts() == dict.fromkeys(rep.COUNTED, 0)
 
 
+@pytest.mark.slow
 def test_replicas_differing_at_one_offset_below_the_hw_are_reported(tmp_path):
     env = Env()
     leader = _leader_log(env, tmp_path, VALUES, EPOCHS)
@@ -128,6 +130,7 @@ def test_epoch_histories_that_disagree_below_the_hw_are_reported(tmp_path):
             log.close()
 
 
+@pytest.mark.slow
 def test_client_side_anomalies_are_counted(three_replicas):
     root, _env, _logs = three_replicas
     sends = [*_sends(), Send("p0-7", 0, 0.0, "ok", 7, 0.1),  # acknowledged, never read: lost
@@ -146,6 +149,7 @@ def test_client_side_anomalies_are_counted(three_replicas):
     assert rep.unknown == 1 and rep.unknown_read == 1 and rep.failed == 1
 
 
+@pytest.mark.slow
 def test_a_definitively_refused_send_found_only_in_a_replica_is_an_aborted_read(three_replicas):
     root, _env, _logs = three_replicas
     sends = _sends()
@@ -154,6 +158,7 @@ def test_a_definitively_refused_send_found_only_in_a_replica_is_an_aborted_read(
     assert len(rep.aborted_reads) == 3 and all("replica at p0:6" in x for x in rep.aborted_reads)
 
 
+@pytest.mark.slow
 def test_a_run_with_nothing_acknowledged_is_not_clean(three_replicas):
     root, _env, _logs = three_replicas
     with pytest.raises(AssertionError, match="only 0 sends acknowledged"):

@@ -51,12 +51,14 @@ def _roundtrip(port: int, payload: bytes = b"hello", timeout: float = 2) -> byte
         return got
 
 
+@pytest.mark.slow
 def test_pass_forwards_both_ways_and_counts(hub, echo):
     p = hub.proxy("x", echo)
     assert _roundtrip(p.port, b"a" * 100000) == b"a" * 100000
     assert p.stats.accepted == 1 and p.stats.forwarded == 200000 and p.stats.dropped == 0
 
 
+@pytest.mark.slow
 def test_blackhole_holds_and_drops_then_heal_resets_the_poisoned_connection(hub, echo):
     p = hub.proxy("x", echo)
     old = socket.create_connection(("127.0.0.1", p.port), timeout=0.5)
@@ -81,6 +83,7 @@ def test_blackhole_holds_and_drops_then_heal_resets_the_poisoned_connection(hub,
     assert _roundtrip(p.port) == b"hello"  # new connections pass again
 
 
+@pytest.mark.slow
 def test_reset_closes_open_and_new_connections(hub, echo):
     p = hub.proxy("x", echo)
     s = socket.create_connection(("127.0.0.1", p.port), timeout=2)
@@ -95,6 +98,7 @@ def test_reset_closes_open_and_new_connections(hub, echo):
     assert p.stats.resets >= 2
 
 
+@pytest.mark.slow
 def test_delay_adds_latency_in_order(hub, echo):
     p = hub.proxy("x", echo)
     p.delay(0.2)
@@ -107,6 +111,7 @@ def test_delay_adds_latency_in_order(hub, echo):
     assert time.monotonic() - t0 < 0.3
 
 
+@pytest.mark.slow
 def test_upstream_down_is_a_reset_and_closing_the_hub_frees_the_port(echo):
     hub = ProxyHub()
     try:

@@ -49,6 +49,7 @@ def _each_offset_reads(lg) -> None:
 ENTRY = struct.Struct(">ii")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("clean", [True, False])
 @pytest.mark.parametrize("garbage", [
     ENTRY.pack(0x7FFFFFF0, 0x00100000),  # an entry far past the segment, at a position past the .log
@@ -137,6 +138,7 @@ def test_stray_index_swap_file(tmp_path, caplog, content):
     lg.close()
 
 
+@pytest.mark.slow
 def test_live_broker_serves_every_record_past_a_bad_active_index_entry(tmp_path):
     """The reported failure: a bad entry in the active segment's index took the whole log dir offline."""
     pytest.importorskip("confluent_kafka")

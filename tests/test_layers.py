@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parent.parent / "src" / "kafkalite"
 
 # Every package in order: a package may import those before it, never one after. The base modules
@@ -63,6 +65,7 @@ def layer_violations(src: Path) -> list[str]:
     return wrong
 
 
+@pytest.mark.slow
 def test_no_package_imports_a_later_layer():
     wrong = layer_violations(SRC)
     assert not wrong, "\n".join(wrong)
@@ -101,6 +104,7 @@ def import_pairs(src: Path) -> list[tuple[str, str]]:
     return sorted({(min(a, b), max(a, b)) for a, imported in graph.items() for b in imported if a in graph[b]})
 
 
+@pytest.mark.slow
 def test_no_two_modules_import_each_other():
     pairs = import_pairs(SRC)
     assert not pairs, "modules importing each other: " + ", ".join(f"{a} <-> {b}" for a, b in pairs)

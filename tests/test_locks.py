@@ -27,6 +27,7 @@ def broker(tmp_path_factory):
     assert rc == 0, b.output()
 
 
+@pytest.mark.slow
 def test_standalone_log_on_a_live_broker_partition_is_refused_and_the_broker_goes_on(broker):
     topic = create_topic(broker)
     first = [b"before-%d" % i for i in range(200)]
@@ -45,6 +46,7 @@ def test_standalone_log_on_a_live_broker_partition_is_refused_and_the_broker_goe
     assert consume_values(broker, topic, 400) == first + second
 
 
+@pytest.mark.slow
 def test_log_manager_on_a_live_broker_dir_is_refused(broker):
     lock = broker.data_dir.resolve() / LOCK_FILE
     with pytest.raises(DirectoryLockedError) as err:

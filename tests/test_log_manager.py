@@ -84,6 +84,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.slow
 def test_unclean_restart_recovers_from_checkpoint(tmp_path):
     d = tmp_path / "d"
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(d)], stdout=subprocess.PIPE, text=True)
@@ -173,6 +174,7 @@ def test_io_error_takes_one_dir_offline(tmp_path):
     assert (broken / "a-0" / "00000000000000000000.log").stat().st_size > 0  # nothing already written is lost
 
 
+@pytest.mark.slow
 def test_many_partitions_parallel_load(tmp_path):
     lm, _ = manager([tmp_path / "d"])
     for p in range(60):
@@ -187,6 +189,7 @@ def test_many_partitions_parallel_load(tmp_path):
     lm.shutdown()
 
 
+@pytest.mark.slow
 def test_unclean_start_recovers_on_every_recovery_thread(tmp_path, caplog):
     """num.recovery.threads.per.data.dir threads all take part in recovering after an unclean stop (a setting
     above the manager's floor of IO_THREADS_PER_DIR raises the thread count)."""
@@ -235,6 +238,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.slow
 def test_recovery_after_kill_9_cuts_every_torn_tail_on_parallel_threads(tmp_path, caplog):
     """kill -9 of a writer leaves preallocated indexes and, here, a torn batch at the end of every other
     partition: the parallel recovery (several threads, each segment recovered once although its index check

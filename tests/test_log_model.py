@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -124,3 +125,4 @@ class LogModel(RuleBasedStateMachine):
 
 LogModel.TestCase.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
 TestLogModel = LogModel.TestCase
+TestLogModel.pytestmark = [pytest.mark.slow]  # a stateful property run of a few seconds

@@ -49,6 +49,7 @@ def test_j1_unclean_reopen_rebuilds_same_indexes(tmp_path, env):
     assert lg.recovery_point == 100
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["delete", "spaces"])
 def test_j2_j3_missing_or_garbage_indexes(tmp_path, env, damage):
     d = tmp_path / "topic-0"
@@ -107,6 +108,7 @@ def test_j6_deleted_files_cleaned_on_open(tmp_path, env):
     assert lg.number_of_segments == 1
 
 
+@pytest.mark.slow
 def test_j7_garbage_appended_to_active_segment(tmp_path, env):
     rnd = random.Random(3)
     for trial in range(5):
@@ -294,6 +296,7 @@ def _check_log(d: Path, env: Env) -> int:
     return leo
 
 
+@pytest.mark.slow
 def test_sigkill_crash_loop(tmp_path, env):
     d = tmp_path / "crash-0"
     rnd = random.Random(11)
@@ -357,6 +360,7 @@ def test_j11_transaction_index_rebuilt_after_unclean_open(tmp_path, env):
     assert aborted(lg) == expected
 
 
+@pytest.mark.slow
 def test_after_sigkill_the_preallocated_time_index_is_rebuilt_without_a_corruption_warning(tmp_path, env, caplog):
     """After kill -9 the active segment's time index still has its preallocated zeros, whose last "entry" (a
     timestamp of 0) the load's check took for corruption: a WARNING in every partition of a broker (10,000

@@ -33,6 +33,7 @@ def _keys(path) -> list[bytes]:
         return [r.key for b in log.batches(0) for r in b.records()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", sorted(LIMITS))
 def test_an_os_error_during_recovery_empties_no_segment(tmp_path, limit):
     original = tmp_path / "original-0"

@@ -374,6 +374,7 @@ def build(path: Path, base: int, rel_entries: list[tuple[int, int]]) -> tuple[Of
     return idx, entries
 
 
+@pytest.mark.slow
 @fixture_ok
 @given(base=st.integers(0, 2**40), rel_entries=entries_strategy, data=st.data())
 def test_prop_lookup_is_floor_search(tmp_path, base, rel_entries, data):

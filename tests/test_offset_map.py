@@ -7,6 +7,7 @@ import pytest
 from kafkalite.cleaner.offset_map import OffsetMap, OffsetMapFullError
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("items", [10, 100, 1000, 5000])
 def test_m22_every_key_retrievable(items):
     m = OffsetMap(items * 48)

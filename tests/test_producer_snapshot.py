@@ -146,6 +146,7 @@ entries_strategy = st.lists(st.builds(ProducerSnapshotEntry, int64, int16, int32
                             max_size=8)
 
 
+@pytest.mark.slow
 @given(entries_strategy)
 def test_round_trip(entries: list[ProducerSnapshotEntry]) -> None:
     data = encode_snapshot(entries)

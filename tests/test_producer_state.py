@@ -535,6 +535,7 @@ _op = st.one_of(
 )
 
 
+@pytest.mark.slow
 @given(ops=st.lists(_op, max_size=40),
        start_seqs=st.lists(st.sampled_from([0, 17, MAX_SEQUENCE - 2]), min_size=3, max_size=3))
 def test_snapshot_reload_preserves_last_entries(ops, start_seqs):

@@ -73,6 +73,7 @@ def test_supported_versions_cover_the_brief() -> None:
     assert expected == SUPPORTED_VERSIONS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("api_key", "direction"), DIRECTIONS, ids=[f"{ApiKey(k).name}-{d}" for k, d in DIRECTIONS])
 @settings(max_examples=25)
 @given(data=st.data())

@@ -60,6 +60,7 @@ def test_arbitrary_bytes(frame: bytes) -> None:
         read_request_header(frame)
 
 
+@pytest.mark.slow
 @settings(max_examples=400)
 @given(st.sampled_from(VERSIONS), st.binary(max_size=80))
 def test_valid_header_random_body(key_version: tuple[int, int], body: bytes) -> None:
@@ -83,6 +84,7 @@ def test_every_truncation_fails_cleanly(api_key: int, version: int) -> None:
             decode_response(api_key, version, response[:cut])
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(st.sampled_from(VERSIONS), st.data())
 def test_mutated_frames(key_version: tuple[int, int], data: st.DataObject) -> None:

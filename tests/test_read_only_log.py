@@ -62,6 +62,7 @@ def broker(tmp_path_factory):
     assert rc == 0, b.output()
 
 
+@pytest.mark.slow
 def test_read_only_log_on_a_live_broker_reads_everything_and_changes_nothing(broker):
     topic = create_topic(broker)
     values = [b"value-%05d-" % i + b"x" * 200 for i in range(1000)]

@@ -151,6 +151,7 @@ def tls_pair(pki) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     return server, client
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["plaintext", "TLS"])
 @pytest.mark.parametrize("how", list(WRITES))
 def test_frames_arrive_whole_and_the_mark_never_exceeds_what_is_still_coming(transport, how, tls_pair):
@@ -166,6 +167,7 @@ def test_frames_arrive_whole_and_the_mark_never_exceeds_what_is_still_coming(tra
     assert ch.marks[-1][1] == 1  # the last frame is whole: the next size prefix wakes the connection at once
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["plaintext", "TLS"])
 def test_a_big_frame_in_small_segments_wakes_the_connection_a_few_times_not_per_segment(transport, tls_pair):
     """16 MiB in 1,000-byte writes with TCP_NODELAY (16,777 segments, small TLS records): without the mark the

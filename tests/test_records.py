@@ -288,6 +288,7 @@ record_st = st.tuples(
 )
 
 
+@pytest.mark.slow
 @given(st.lists(record_st, min_size=1, max_size=20), st.sampled_from(list(CompressionType)),
        st.integers(0, 2**40))
 def test_roundtrip_ours(recs, codec, base):
@@ -305,6 +306,7 @@ KP_CODEC = {CompressionType.NONE: 0, CompressionType.GZIP: 1, CompressionType.SN
             CompressionType.LZ4: 3, CompressionType.ZSTD: 4}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", list(CompressionType))
 @given(recs=st.lists(record_st, min_size=1, max_size=15))
 def test_kafka_python_reads_ours(codec, recs):
@@ -317,6 +319,7 @@ def test_kafka_python_reads_ours(codec, recs):
     assert got == [(42 + i, t, k, v, [tuple(x) for x in h]) for i, (k, v, t, h) in enumerate(recs)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", list(CompressionType))
 @given(recs=st.lists(record_st, min_size=1, max_size=15))
 def test_we_read_kafka_python(codec, recs):

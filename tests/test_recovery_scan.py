@@ -137,6 +137,7 @@ def build_segment(specs, damage) -> bytes:
     return bytes(data)
 
 
+@pytest.mark.slow
 @given(specs=st.lists(batch_spec, max_size=40), damage=damage_spec, interval=st.sampled_from([0, 100, 4096]),
        overlap=st.sampled_from([64, 700, 1 << 20]))
 def test_recovery_matches_kafkas_rules_batch_by_batch(tmp_path_factory, specs, damage, interval, overlap):

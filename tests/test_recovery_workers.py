@@ -102,6 +102,7 @@ def crashed(tmp_path) -> Path:
     return src
 
 
+@pytest.mark.slow
 def test_workers_recover_exactly_as_in_process(crashed, tmp_path):
     a, b = _copy(crashed, tmp_path / "a"), _copy(crashed, tmp_path / "b")
     seen = []
@@ -123,6 +124,7 @@ def test_workers_recover_exactly_as_in_process(crashed, tmp_path):
     assert _files(b) == _files(a)  # checkpoints and clean shutdown markers too
 
 
+@pytest.mark.slow
 def test_workers_leave_the_snapshot_of_the_last_clean_shutdown_and_the_broker_replays_after_it(tmp_path):
     """After kill -9 of a broker that had shut down cleanly before, each partition's newest snapshot is the one that
     shutdown wrote, inside the active segment. A worker keeps it and writes none at the log end (the broker's open
@@ -177,6 +179,7 @@ def _recover_both_alike(src: Path, tmp_path: Path, last: dict[int, bytearray], l
     assert _files(b) == _files(a)
 
 
+@pytest.mark.slow
 def test_a_partition_without_any_snapshot_recovered_in_a_worker_gets_its_producer_state_from_the_log(tmp_path):
     """A partition that never rolled and never shut down cleanly with data has no producer snapshot at all. The
     worker writes none, and the broker's open replays the log rather than taking the state to be empty (which is
@@ -194,6 +197,7 @@ def test_a_partition_without_any_snapshot_recovered_in_a_worker_gets_its_produce
     _recover_both_alike(src, tmp_path, last, 3)
 
 
+@pytest.mark.slow
 def test_a_failing_partition_takes_its_dir_offline_as_in_process(crashed, tmp_path, caplog):
     """An OSError while recovering a partition takes the whole data dir offline (Kafka's log dir failure), in
     a worker as in the broker's own threads; the error names the partition."""
@@ -216,6 +220,7 @@ def test_a_failing_partition_takes_its_dir_offline_as_in_process(crashed, tmp_pa
         in_workers.shutdown()
 
 
+@pytest.mark.slow
 def test_the_partitions_of_a_worker_that_dies_are_recovered_by_the_broker(crashed, tmp_path, monkeypatch, caplog):
     """A worker process that exits without answering (here: it cannot start) costs only time: the broker
     recovers its partitions in its own threads, ending exactly where recovery without workers does, and
@@ -247,6 +252,7 @@ def test_small_unclean_dirs_stay_in_process(crashed, tmp_path, monkeypatch):
         lm.shutdown()
 
 
+@pytest.mark.slow
 def test_a_broker_killed_with_many_partitions_recovers_them_in_workers(tmp_path):
     """A real `kafkalite serve` with MIN_PARTITIONS_FOR_PROCESSES partitions, each with an unflushed batch,
     killed with SIGKILL: the next start recovers them in a worker process and serves every record."""

@@ -195,6 +195,7 @@ def test_a_follower_behind_the_hw_fetches_ahead_and_copies_the_log_byte_for_byte
     _run(tmp_path, 60, test)
 
 
+@pytest.mark.slow
 def test_a_role_change_waits_for_the_write_of_records_fetched_ahead(tmp_path):
     """Records fetched ahead are written on the manager's append thread while the event loop receives the next
     answer. LeaderAndIsr takes a partition from its fetcher before changing its role (make_leader reads the log
@@ -271,6 +272,7 @@ def test_a_connection_the_leader_closed_while_idle_is_reopened_without_backing_o
     _run(tmp_path, 10, test, backoff_ms=30_000)
 
 
+@pytest.mark.slow
 def test_a_partition_reassigned_after_a_failed_fetch_is_fetched_without_waiting_out_the_back_off(tmp_path):
     """A fetch that fails on the wire delays the partitions it was for by replica.fetch.backoff.ms, not the
     fetcher: a LeaderAndIsr that makes this broker follow the restarted leader at a new epoch is acted on at once
@@ -295,6 +297,7 @@ def test_a_partition_reassigned_after_a_failed_fetch_is_fetched_without_waiting_
     _run(tmp_path, 10, test, backoff_ms=30_000)
 
 
+@pytest.mark.slow
 def test_a_leader_that_has_not_applied_its_leader_and_isr_yet_is_asked_again_within_milliseconds(tmp_path):
     """The controller sends LeaderAndIsr to the new leader and its followers at once; a follower that asks first is
     answered UNKNOWN_LEADER_EPOCH. It asks again after 50 ms (doubling), not after replica.fetch.backoff.ms: the

@@ -4,6 +4,7 @@ Kafka's cases and a property over random diverged histories, run through both wa
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,6 +82,7 @@ def _leader_answer(leader: list[int], current: int, epoch: int) -> tuple[int, in
     return c.end_offset_for(epoch, len(leader))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(diverged(), st.booleans())
 def test_iteration_ends_where_the_histories_agree(case, on_fetch):

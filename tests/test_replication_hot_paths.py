@@ -53,6 +53,7 @@ def _in_thread(fn) -> threading.Thread:
     return t
 
 
+@pytest.mark.slow
 def test_appends_and_reads_go_on_while_a_flush_is_in_fsync(tmp_path, monkeypatch):
     lg = Env().open(tmp_path / "t-0")
     for _ in range(5):
@@ -72,6 +73,7 @@ def test_appends_and_reads_go_on_while_a_flush_is_in_fsync(tmp_path, monkeypatch
     lg.close()
 
 
+@pytest.mark.slow
 def test_a_truncation_during_a_flush_keeps_its_recovery_point(tmp_path, monkeypatch):
     lg = Env().open(tmp_path / "t-0")
     for _ in range(5):
@@ -141,6 +143,7 @@ _FETCH = {"replica_id": 2, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 2
           "session_id": 0, "session_epoch": -1, "topics": [], "forgotten_topics_data": [], "rack_id": ""}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", [1, 7, 4096, 1 << 20])
 def test_the_fetcher_stream_reads_a_response_however_it_is_split(split):
     records = _batch(40, 1000)

@@ -8,6 +8,8 @@ import logging
 import threading
 import time
 
+import pytest
+
 from kafkalite.broker.stall_watchdog import LoopStallWatchdog, thread_stacks
 
 
@@ -15,6 +17,7 @@ def _blocks_the_loop_for(seconds: float) -> None:
     time.sleep(seconds)
 
 
+@pytest.mark.slow
 def test_a_stalled_loop_is_reported_once_with_every_threads_stack_and_its_recovery(caplog):
     async def main() -> None:
         dog = LoopStallWatchdog(asyncio.get_running_loop(), stall_s=0.4, beat_s=0.1)
@@ -35,6 +38,7 @@ def test_a_stalled_loop_is_reported_once_with_every_threads_stack_and_its_recove
     assert len(again) == 1 and 1.2 < float(again[0].split("stall of ")[1].split(" s")[0]) < 3, again
 
 
+@pytest.mark.slow
 def test_a_busy_loop_that_keeps_yielding_is_not_reported(caplog):
     async def main() -> None:
         dog = LoopStallWatchdog(asyncio.get_running_loop(), stall_s=0.4, beat_s=0.1)

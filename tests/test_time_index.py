@@ -256,6 +256,7 @@ def floor_entry(entries: list[TimestampOffset], base: int, target: int) -> Times
     return found
 
 
+@pytest.mark.slow
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(base=st.integers(0, 2**40), first_ts=st.integers(-1, T0), step_list=steps, data=st.data())
 def test_prop_lookup_is_floor_search(tmp_path, base, first_ts, step_list, data):
@@ -267,6 +268,7 @@ def test_prop_lookup_is_floor_search(tmp_path, base, first_ts, step_list, data):
     idx.close()
 
 
+@pytest.mark.slow
 @fixture_ok
 @given(base=st.integers(0, 2**40), step_list=steps, data=st.data())
 def test_prop_truncate_to(tmp_path, base, step_list, data):
@@ -284,6 +286,7 @@ def test_prop_truncate_to(tmp_path, base, step_list, data):
     idx.close()
 
 
+@pytest.mark.slow
 @fixture_ok
 @given(base=st.integers(0, 2**40), first_ts=st.integers(-1, T0), step_list=steps)
 def test_prop_reopen_after_trim(tmp_path, base, first_ts, step_list):

@@ -61,6 +61,7 @@ def broker(tmp_path_factory):
     assert b.stop() == 0, b.output()
 
 
+@pytest.mark.slow
 def test_a_request_beyond_kafkas_partition_limit_is_refused_quickly(broker):
     with KafkaClient(broker.bootstrap, timeout_s=30) as c:
         started = time.monotonic()
@@ -83,6 +84,7 @@ def test_a_request_beyond_kafkas_partition_limit_is_refused_quickly(broker):
         assert len(topic_partitions(c, topic)) == 1
 
 
+@pytest.mark.slow
 def test_other_clients_are_served_while_thousands_of_partitions_are_created(broker):
     """2,000 partitions take seconds to create; ApiVersions and Metadata from another connection must not wait."""
     topic = f"big-{uuid.uuid4().hex[:6]}"
@@ -123,6 +125,7 @@ def test_other_clients_are_served_while_thousands_of_partitions_are_created(brok
         assert len(partition_dirs(broker.data_dir, topic)) == n
 
 
+@pytest.mark.slow
 def test_a_creation_the_open_file_limit_cannot_hold_is_refused(tmp_path):
     b = limited(BrokerProcess(tmp_path / "data"), 1024).start()
     try:
@@ -137,6 +140,7 @@ def test_a_creation_the_open_file_limit_cannot_hold_is_refused(tmp_path):
         assert b.stop() == 0, b.output()
 
 
+@pytest.mark.slow
 def test_running_out_of_descriptors_does_not_take_the_log_dir_offline(tmp_path):
     """EMFILE on a segment roll fails that produce with a clear error; the dir stays online, and once
     descriptors are free again the same partition takes writes."""
@@ -181,6 +185,7 @@ def test_running_out_of_descriptors_does_not_take_the_log_dir_offline(tmp_path):
         assert b.stop() == 0, b.output()
 
 
+@pytest.mark.slow
 def test_a_creation_cut_off_by_kill_9_is_completed_at_the_next_start(tmp_path):
     data = tmp_path / "data"
     b = BrokerProcess(data).start()
@@ -213,6 +218,7 @@ def test_a_creation_cut_off_by_kill_9_is_completed_at_the_next_start(tmp_path):
         assert b2.stop() == 0, b2.output()
 
 
+@pytest.mark.slow
 def test_start_up_under_a_too_low_open_file_limit_refuses_before_loading(tmp_path):
     data = tmp_path / "data"
     b = BrokerProcess(data).start()
@@ -270,6 +276,7 @@ def small_tmpfs(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+@pytest.mark.slow
 def test_a_full_metadata_disk_answers_kafka_storage_error(small_tmpfs, tmp_path):
     meta_dir = small_tmpfs / "d0"
     b = BrokerProcess(meta_dir, {"log.dirs": f"{meta_dir},{tmp_path / 'd1'}"}).start()
@@ -304,6 +311,7 @@ def test_a_full_metadata_disk_answers_kafka_storage_error(small_tmpfs, tmp_path)
         assert b2.stop() == 0, b2.output()
 
 
+@pytest.mark.slow
 def test_losing_the_metadata_dir_halts_the_broker_with_advice(tmp_path):
     d0, d1 = tmp_path / "d0", tmp_path / "d1"
     b = BrokerProcess(d0, {"log.dirs": f"{d0},{d1}"}).start()

@@ -210,6 +210,7 @@ def txn_lists(draw) -> list[AbortedTxn]:
             for last in last_offsets]
 
 
+@pytest.mark.slow
 @fixture_ok
 @given(entries=txn_lists())
 def test_prop_round_trip(tmp_path, entries):
