@@ -2,9 +2,9 @@
 
 Broker mode speaks the Kafka protocol to `kafka.bootstrap.servers`, so the Kafka client settings a
 Spark job already passes keep their Kafka names and meanings. Only those that change what this
-connector does are read (the table in docs/spark.md); the rest are accepted and ignored, as Spark's
-own connector ignores consumer settings it overrides. A value that cannot be used is an OptionError
-when the query is planned, before any connection is made.
+connector does are read (the table in docs/spark.md); the rest change nothing, and each is named in one
+WARNING (spark/option_names.py) where Spark's own connector would ignore it silently. A value that cannot be
+used is an OptionError when the query is planned, before any connection is made.
 """
 
 from __future__ import annotations
