@@ -113,4 +113,6 @@ def test_sigquit_while_the_broker_exits_does_not_fail_its_clean_stop(tmp_path):
         time.sleep(0.001)
     rc = b.stop()
     assert quits > 10 and rc == 0, (quits, rc, b.output()[-2000:])
-    assert "shut down cleanly" in b.output()
+    # The whole log: dumps that arrived between the broker's last line and the handler's removal can push that line
+    # out of output()'s last 5,000 characters (CI saw exactly this).
+    assert "shut down cleanly" in b.log_path.read_text(errors="replace")
