@@ -29,7 +29,10 @@ def test_reads_the_single_broker_file_and_stays_readable_by_it(tmp_path):
     old = MetadataStore(tmp_path)
     a = old.add("orders", 3, {"cleanup.policy": "compact"})
     old.add("logs", 1, {})
-    first_pid = old.next_producer_id()  # reserves ids 0..999 in the file
+    doc = json.loads(old.path.read_text())
+    doc["next_producer_id_block"] = 1000  # an older kafkalite handed out ids 0..999
+    last_pid = 999
+    old.path.write_text(json.dumps(doc))
 
     async def main():
         s = LocalStore(tmp_path, broker_id=7)
@@ -40,7 +43,7 @@ def test_reads_the_single_broker_file_and_stays_readable_by_it(tmp_path):
             assert orders.topic_id == a.topic_id and orders.partitions == {0: [7], 1: [7], 2: [7]}
             assert await s.topic_config("orders") == {"cleanup.policy": "compact"}
             block = await s.next_producer_id_block(7)
-            assert block.start > first_pid  # never an id the single broker handed out
+            assert block.start > last_pid  # never an id the single broker handed out
             await s.create_topic(z.TopicAssignment("new", uuid.uuid4(), {0: [7], 1: [7]}), {"retention.ms": "5"})
             await s.set_topic_config("logs", {"retention.ms": "9"})
             return block
@@ -52,7 +55,7 @@ def test_reads_the_single_broker_file_and_stays_readable_by_it(tmp_path):
         "orders": (3, {"cleanup.policy": "compact"}), "logs": (1, {"retention.ms": "9"}),
         "new": (2, {"retention.ms": "5"})}
     assert again.topics["orders"].topic_id == a.topic_id
-    assert again.next_producer_id() == block.end + 1
+    assert again.producer_id_limit == block.end + 1  # an older kafkalite goes on after the store's ids
 
 
 def test_the_file_is_json_with_one_znode_a_line(tmp_path):

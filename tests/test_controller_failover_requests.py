@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from kafkalite.broker.cluster_node import ClusterNode
 from kafkalite.broker.config import BrokerConfig
+from kafkalite.broker.replica_manager import ReplicaManager
 from kafkalite.broker.server import Broker
 from kafkalite.client import KafkaClient
 from kafkalite.protocol import ApiKey
@@ -27,16 +27,16 @@ def _partitions(body: dict, topic: str) -> int:
 def test_a_restart_sends_each_partition_state_once_in_update_metadata(tmp_path, monkeypatch):
     cfg = BrokerConfig.load(None, {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": tmp_path / "data"})
     seen: Counter[str] = Counter()
-    real_update, real_leader_and_isr = ClusterNode.update_metadata, ClusterNode.leader_and_isr
+    real_update, real_leader_and_isr = ReplicaManager.update_metadata, ReplicaManager.become_leader_or_follower
 
-    async def update_metadata(self, h, body, session):
+    async def update_metadata(self, body, *args):
         seen["update_metadata"] += 1
         seen["update_metadata partitions"] += _partitions(body, "wide")
-        return await real_update(self, h, body, session)
+        return await real_update(self, body, *args)
 
-    async def leader_and_isr(self, h, body, session):
+    async def leader_and_isr(self, body, *args):
         seen["leader_and_isr partitions"] += _partitions(body, "wide")
-        return await real_leader_and_isr(self, h, body, session)
+        return await real_leader_and_isr(self, body, *args)
 
     async def run_once(create: bool) -> dict:
         broker = Broker(cfg)
@@ -56,8 +56,8 @@ def test_a_restart_sends_each_partition_state_once_in_update_metadata(tmp_path, 
             await broker.stop()
 
     asyncio.run(run_once(create=True))
-    monkeypatch.setattr(ClusterNode, "update_metadata", update_metadata)
-    monkeypatch.setattr(ClusterNode, "leader_and_isr", leader_and_isr)
+    monkeypatch.setattr(ReplicaManager, "update_metadata", update_metadata)
+    monkeypatch.setattr(ReplicaManager, "become_leader_or_follower", leader_and_isr)
     meta = asyncio.run(run_once(create=False))
     assert seen["leader_and_isr partitions"] == PARTITIONS
     assert seen["update_metadata partitions"] == PARTITIONS, seen  # the restart's failover: once each, not twice

@@ -15,7 +15,7 @@ import pytest
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.metadata import MetadataStore
 from kafkalite.broker.replica_manager import ReplicaManager
-from kafkalite.broker.topic_admin import TopicAdmin
+from kafkalite.cluster.metadata_cache import MetadataCache
 from kafkalite.coordinator.config import OFFSETS_TOPIC
 from kafkalite.errors import (
     FencedLeaderEpochError,
@@ -167,7 +167,7 @@ def broker_parts(tmp_path: Path):
     cfg = BrokerConfig.load(None, {"log.dirs": str(tmp_path / "data"), "node.id": NODE})
     lm = LogManager(cfg.log_dirs, cfg.log_config(), cfg.manager_config())
     rm = ReplicaManager(cfg, lm, MetadataStore(lm.dirs[0].path))
-    admin = TopicAdmin(rm)
+    admin = rm.admin
     yield rm, admin
     lm.shutdown()
 
@@ -392,8 +392,7 @@ def test_offset_not_available_until_the_hw_reaches_the_epoch_start(lg: Log) -> N
 
 
 def test_high_watermarks_are_restored_from_the_checkpoint_as_min_with_the_leo(tmp_path: Path) -> None:
-    props = {"log.dirs": str(tmp_path / "data"), "node.id": NODE, "zookeeper.connect": "127.0.0.1:1/x"}
-    cfg = BrokerConfig.load(None, props)
+    cfg = BrokerConfig.load(None, {"log.dirs": str(tmp_path / "data"), "node.id": NODE})
     lm = LogManager(cfg.log_dirs, cfg.log_config(), cfg.manager_config())
     a = lm.get_or_create_log("a", 0)
     b = lm.get_or_create_log("b", 0)
@@ -411,9 +410,9 @@ def test_high_watermarks_are_restored_from_the_checkpoint_as_min_with_the_leo(tm
         assert b is not None
         b.truncate_to(3)
         assert lm.get_log("a", 0).high_watermark == 0  # type: ignore[union-attr]
-        rm = ReplicaManager(cfg, lm, MetadataStore(lm.dirs[0].path))
+        rm = ReplicaManager(cfg, lm, MetadataStore(lm.dirs[0].path), cache=MetadataCache())
         rm.startup()
-        assert not rm.partitions  # a cluster broker leads nothing before LeaderAndIsr
+        assert not rm.partitions  # a broker of a cluster leads nothing before LeaderAndIsr
         assert lm.get_log("a", 0).high_watermark == 4  # type: ignore[union-attr]
         assert b.high_watermark == 3
     finally:
@@ -494,3 +493,91 @@ def test_replica_fetch_diverging_epoch_and_unknown_history(lg: Log) -> None:
     assert (r.error, r.diverging) == (0, None) and r.size > 0
     r = read(5, 7)
     assert (r.error, r.diverging, r.size) == (ErrorCode.OFFSET_OUT_OF_RANGE, None, 0)
+
+
+# --- the one gate of a broker in a cluster (ReplicaManager.get_partition, Kafka's getPartitionOrError) ---
+
+def _cluster_replicas(tmp_path: Path) -> ReplicaManager:
+    cfg = BrokerConfig.load(None, {"log.dirs": str(tmp_path / "data"), "node.id": NODE})
+    lm = LogManager(cfg.log_dirs, cfg.log_config(), cfg.manager_config())
+    cache = MetadataCache()
+    cache.apply({"controller_id": F2, "controller_epoch": 1, "live_brokers": [
+        {"id": b, "endpoints": [{"host": "127.0.0.1", "port": 9000 + b, "listener": "PLAINTEXT"}]}
+        for b in (NODE, F2)],
+        "topic_states": [{"topic_name": "elsewhere", "partition_states": [
+            {"partition_index": 0, "controller_epoch": 1, "leader": F2, "leader_epoch": 3, "isr": [F2],
+             "zk_version": 0, "replicas": [F2], "offline_replicas": []}]}]})
+    return ReplicaManager(cfg, lm, MetadataStore(lm.dirs[0].path), cache=cache)
+
+
+def test_a_partition_the_cluster_has_but_this_broker_does_not_hold_is_not_leader_or_follower(tmp_path: Path) -> None:
+    rm = _cluster_replicas(tmp_path)
+    try:
+        out = rm.append("elsewhere", 0, batch(1))
+        assert out["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER  # the client refreshes its metadata
+        assert rm.read_partition("elsewhere", 0, 0, 1000, isolation=FetchIsolation.HIGH_WATERMARK,
+                                 min_one_message=True).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert rm.list_offset("elsewhere", 0, -1, isolation=FetchIsolation.HIGH_WATERMARK)["error_code"] == \
+            ErrorCode.NOT_LEADER_OR_FOLLOWER
+    finally:
+        rm.logs.shutdown()
+
+
+def test_a_partition_the_cluster_does_not_have_is_unknown(tmp_path: Path) -> None:
+    rm = _cluster_replicas(tmp_path)
+    try:
+        assert rm.append("nowhere", 0, batch(1))["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert rm.append("elsewhere", 1, batch(1))["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        rm.logs.shutdown()
+
+
+def test_a_local_log_without_leader_and_isr_is_not_served(tmp_path: Path) -> None:
+    """Holding a log is not leading it: a broker of a cluster takes its role from the controller only."""
+    rm = _cluster_replicas(tmp_path)
+    try:
+        rm.logs.get_or_create_log("elsewhere", 0)
+        assert rm.append("elsewhere", 0, batch(1))["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert not rm.partitions
+    finally:
+        rm.logs.shutdown()
+
+
+def test_leader_and_isr_makes_the_log_and_the_leader_and_tells_the_coordinator(tmp_path: Path) -> None:
+    rm = _cluster_replicas(tmp_path)
+    heard: list[tuple[str, int, int]] = []
+
+    class Listener:
+        def on_election(self, partition: int, epoch: int = -1) -> None:
+            heard.append(("elected", partition, epoch))
+
+        def on_resignation(self, partition: int, epoch: int = -1) -> None:
+            heard.append(("resigned", partition, epoch))
+
+    def state(p: int, leader: int, epoch: int) -> dict:
+        return {"partition_index": p, "controller_epoch": 1, "leader": leader, "leader_epoch": epoch,
+                "isr": [NODE], "partition_epoch": 0, "replicas": [NODE], "adding_replicas": [],
+                "removing_replicas": [], "is_new": True}
+
+    async def run() -> None:
+        body = {"controller_id": F2, "controller_epoch": 1, "broker_epoch": 7, "live_leaders": [],
+                "topic_states": [{"topic_name": OFFSETS_TOPIC, "partition_states": [state(0, NODE, 1)]}]}
+        out = await rm.become_leader_or_follower(body, 7, Listener())
+        assert out["partition_errors"] == [{"topic_name": OFFSETS_TOPIC, "partition_index": 0, "error_code": 0}]
+        assert rm.partitions[(OFFSETS_TOPIC, 0)].is_leader and rm.logs.get_log(OFFSETS_TOPIC, 0) is not None
+        again = await rm.become_leader_or_follower(body, 7, Listener())  # the same epoch again: stale
+        assert again["partition_errors"][0]["error_code"] == ErrorCode.STALE_CONTROLLER_EPOCH
+        stale = await rm.become_leader_or_follower({**body, "broker_epoch": 6}, 7, Listener())
+        assert stale["error_code"] == ErrorCode.STALE_BROKER_EPOCH
+        stop = {"controller_id": F2, "controller_epoch": 1, "broker_epoch": 7, "topic_states": [
+            {"topic_name": OFFSETS_TOPIC, "partition_states": [
+                {"partition_index": 0, "leader_epoch": 2, "delete_partition": False}]}]}
+        assert (await rm.stop_replicas(stop, 7, Listener()))["partition_errors"][0]["error_code"] == 0
+        assert not rm.partitions[(OFFSETS_TOPIC, 0)].is_leader
+        await rm.stop_replication()
+
+    try:
+        asyncio.run(run())
+        assert heard == [("elected", 0, 1), ("resigned", 0, 2)]
+    finally:
+        rm.logs.shutdown()

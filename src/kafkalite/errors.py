@@ -219,6 +219,18 @@ class TopicAlreadyExistsError(KafkaliteError):
     error_code = ErrorCode.TOPIC_ALREADY_EXISTS
 
 
+class TopicDeletionDisabledError(KafkaliteError):
+    """DeleteTopics with delete.topic.enable=false (TOPIC_DELETION_DISABLED)."""
+
+    error_code = ErrorCode.TOPIC_DELETION_DISABLED
+
+
+class UnknownTopicIdError(KafkaliteError):
+    """A topic id no topic of the cluster has (UNKNOWN_TOPIC_ID)."""
+
+    error_code = ErrorCode.UNKNOWN_TOPIC_ID
+
+
 class InvalidPartitionsError(KafkaliteError):
     error_code = ErrorCode.INVALID_PARTITIONS
 

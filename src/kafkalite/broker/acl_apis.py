@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from kafkalite.broker.apis import KafkaApis
 from kafkalite.broker.authz import RequestAuthorizer
 from kafkalite.broker.config import BrokerConfig
+from kafkalite.broker.handlers import Handler
 from kafkalite.cluster import znodes as z
+from kafkalite.cluster.metadata_cache import MetadataCache
 from kafkalite.cluster.store import ClusterStore
 from kafkalite.errors import InvalidRequestError, KafkaliteError
 from kafkalite.protocol import ApiKey, ErrorCode, RequestHeader
@@ -40,7 +41,7 @@ from kafkalite.security.session import Session
 
 log = logging.getLogger("kafkalite.broker.acls")
 
-Body = dict[str, Any]
+Body = dict[str, Any]  # (broker/handlers.py's)
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 CHANGE_EXPIRY_MS = 15 * 60 * 1000  # Kafka's changeExpirationMs: older ACL change notifications are deleted
 WRITE_ATTEMPTS = 20  # conditional writes retried when another broker changed the same pattern meanwhile
@@ -76,28 +77,26 @@ def _wire(b: AclBinding) -> Body:
 class AclApis:
     """The ACL part of one broker (see the module docstring)."""
 
-    def __init__(self, config: BrokerConfig, store: ClusterStore, apis: KafkaApis | None) -> None:
+    def __init__(self, config: BrokerConfig, store: ClusterStore, cache: MetadataCache | None) -> None:
+        """With the broker's metadata `cache`, the request gate (`authz`) too; without (`kafkalite acls
+        --authorizer-properties`), only the ACL APIs over the store."""
         self.store = store
         self.authorizer: AclAuthorizer | None = authorizer_from_config(
             config.get("authorizer.class.name"), config.get("super.users"),
             config.get("allow.everyone.if.no.acl.found"))
         self.authz: RequestAuthorizer | None = None
-        if self.authorizer is not None and apis is not None:  # None: `kafkalite acls --authorizer-properties`
-            self.authz = apis.authz = RequestAuthorizer(
-                self.authorizer, auto_create=lambda: bool(config.get("auto.create.topics.enable")))
+        if self.authorizer is not None and cache is not None:
+            self.authz = RequestAuthorizer(
+                self.authorizer, auto_create=lambda: bool(config.get("auto.create.topics.enable")),
+                topic_exists=lambda name: name in cache.topics, topic_name_of=cache.by_id)
         self._seen: dict[str, set[str]] = {z.ACL_CHANGES: set(), z.ACL_EXTENDED_CHANGES: set()}
         self._primed: set[str] = set()  # change dirs whose first listing (covered by the full load) was seen
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()  # notifications are applied one at a time, in order
 
-    def install(self, handlers: dict[int, Callable[..., Any]]) -> None:
-        handlers.update({ApiKey.DESCRIBE_ACLS: self.describe_acls, ApiKey.CREATE_ACLS: self.create_acls,
-                         ApiKey.DELETE_ACLS: self.delete_acls})
-        if self.authz is not None:
-            missing = self.authz.ungated(handlers)
-            if missing:
-                log.error("APIs served without an authorization gate (broker/authz.py): %s",
-                          [ApiKey(k).name for k in missing])
+    def handlers(self) -> Mapping[int, Handler]:
+        return {ApiKey.DESCRIBE_ACLS: self.describe_acls, ApiKey.CREATE_ACLS: self.create_acls,
+                ApiKey.DELETE_ACLS: self.delete_acls}
 
     async def start(self) -> None:
         """Load every ACL before the broker serves; then follow the change notifications."""

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from kafkalite.broker.handlers import Body, Handler
 from kafkalite.cluster.channel import SELF_CLIENT_ID
 from kafkalite.coordinator.coordinator import error_response
 from kafkalite.protocol import ApiKey, ErrorCode, RequestHeader
@@ -30,8 +31,6 @@ log = logging.getLogger("kafkalite.broker.authz")
 
 Op = AclOperation
 RT = ResourceType
-Body = dict[str, Any]
-Handler = Callable[[RequestHeader, Body, Session], Awaitable[Any]]
 # Served to anyone: before authentication (ApiVersions, SASL) or refused for everyone anyway (KIP-848).
 UNCHECKED = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
                        ApiKey.CONSUMER_GROUP_HEARTBEAT})
@@ -532,10 +531,14 @@ class RequestAuthorizer:
     broker's cluster part): whether a topic exists, a topic's name from its id, whether Metadata may
     auto-create topics."""
 
-    def __init__(self, authorizer: AclAuthorizer, auto_create: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, authorizer: AclAuthorizer, auto_create: Callable[[], bool] = lambda: False,
+                 topic_exists: Callable[[str], bool] = lambda _name: True,
+                 topic_name_of: Callable[[uuid.UUID], str | None] = lambda _id: None) -> None:
+        """`topic_exists` and `topic_name_of` answer from the cluster's metadata: whether a Metadata request
+        would auto-create a topic, and the name behind a topic id (requests that name topics by id)."""
         self.authorizer = authorizer
-        self.topic_exists: Callable[[str], bool] = lambda _name: True
-        self.topic_name_of: Callable[[uuid.UUID], str | None] = lambda _id: None
+        self.topic_exists = topic_exists
+        self.topic_name_of = topic_name_of
         self.auto_create = auto_create
 
     @staticmethod

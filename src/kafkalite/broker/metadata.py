@@ -36,7 +36,6 @@ log = logging.getLogger("kafkalite.broker.metadata")
 
 METADATA_FILE = "kafkalite-metadata.json"
 MAX_TOPIC_NAME_LENGTH = 249
-PRODUCER_ID_BLOCK = 1000
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -94,8 +93,7 @@ class MetadataStore:
         # class reads compatibly): there this registry is the broker's view of what it hosts, not saved.
         self.persist = persist
         self.topics: dict[str, TopicInfo] = {}
-        self._next_producer_id = 0
-        self._producer_id_limit = 0  # ids below this are reserved in the file
+        self._producer_id_limit = 0  # see producer_id_limit
         self._lock = threading.RLock()
         self._load()
 
@@ -113,7 +111,6 @@ class MetadataStore:
                                  {str(k): str(v) for k, v in t.get("configs", {}).items()})
                 self.topics[info.name] = info
             self._producer_id_limit = int(doc.get("next_producer_id_block", 0))
-            self._next_producer_id = self._producer_id_limit
         except (ValueError, KeyError, TypeError) as exc:
             raise KafkaliteError(f"{self.path} is malformed ({exc}); fix or remove it (topics are then adopted "
                                  "from the partition directories, without their config overrides)") from None
@@ -219,18 +216,11 @@ class MetadataStore:
                 self._changed(lambda: setattr(self, "topics", before))
         return adopted
 
-    # --- producer ids ------------------------------------------------------------------------------
-
-    def next_producer_id(self) -> int:
-        """A producer id never handed out before, even across restarts (blocks reserved in the file first)."""
-        with self._lock:
-            if self._next_producer_id >= self._producer_id_limit:
-                old = self._producer_id_limit
-                self._producer_id_limit = self._next_producer_id + PRODUCER_ID_BLOCK
-                self._changed(lambda: setattr(self, "_producer_id_limit", old))
-            pid = self._next_producer_id
-            self._next_producer_id += 1
-            return pid
+    @property
+    def producer_id_limit(self) -> int:
+        """Producer ids below this were handed out by a kafkalite older than the cluster store (which hands them
+        out now, cluster/local_store.py); kept in the file so such a version, reading it, never repeats one."""
+        return self._producer_id_limit
 
 
 def read_partition_topic_id(partition_dir: Path) -> uuid.UUID | None:

@@ -5,12 +5,13 @@ named in Metadata."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from kafkalite.broker.handlers import Handler
 from kafkalite.cluster.controller import Controller
-from kafkalite.error_codes import ErrorCode as E
 from kafkalite.errors import KafkaliteError
-from kafkalite.protocol import RequestHeader
+from kafkalite.protocol import ApiKey, ErrorCode, RequestHeader
 from kafkalite.security.session import Session
 
 TopicPartition = tuple[str, int]
@@ -24,6 +25,9 @@ class ReassignmentApis:
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
 
+    def handlers(self) -> Mapping[int, Handler]:
+        return {ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter, ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list}
+
     async def alter(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
         """Start, change or cancel (null replicas) partitions' reassignments; answered once each has started."""
         wanted: dict[TopicPartition, list[int] | None] = {}
@@ -36,11 +40,12 @@ class ReassignmentApis:
         except KafkaliteError as exc:
             return _whole_request_error(exc.error_code, str(exc), responses=[])
         except TimeoutError:
-            return _whole_request_error(E.REQUEST_TIMED_OUT, "the controller did not answer in time", responses=[])
+            return _whole_request_error(ErrorCode.REQUEST_TIMED_OUT, "the controller did not answer in time",
+                                        responses=[])
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (t, p), (code, message) in results.items():
             by_topic.setdefault(t, []).append({"partition_index": p, "error_code": code, "error_message": message})
-        return _whole_request_error(E.NONE, None, responses=[
+        return _whole_request_error(ErrorCode.NONE, None, responses=[
             {"name": t, "partitions": ps} for t, ps in sorted(by_topic.items())])
 
     async def list(self, h: RequestHeader, body: dict[str, Any], _session: Session) -> dict[str, Any]:
@@ -52,11 +57,11 @@ class ReassignmentApis:
         except KafkaliteError as exc:
             return _whole_request_error(exc.error_code, str(exc), topics=[])
         except TimeoutError:
-            return _whole_request_error(E.REQUEST_TIMED_OUT, "the controller did not answer in time", topics=[])
+            return _whole_request_error(ErrorCode.REQUEST_TIMED_OUT, "the controller did not answer in time", topics=[])
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (t, p), sets in sorted(moving.items()):
             by_topic.setdefault(t, []).append({"partition_index": p, "replicas": list(sets.replicas),
                                                "adding_replicas": list(sets.adding),
                                                "removing_replicas": list(sets.removing)})
-        return _whole_request_error(E.NONE, None, topics=[{"name": t, "partitions": ps}
+        return _whole_request_error(ErrorCode.NONE, None, topics=[{"name": t, "partitions": ps}
                                                           for t, ps in by_topic.items()])

@@ -7,15 +7,16 @@ produce or the group coordinator's write to `__consumer_offsets`, goes through `
 leadership checks, the commit rule and the wake-ups of parked fetches apply alike. Topic administration
 lives in broker/topic_admin.py.
 
-In single-broker mode (`leads_all_local_logs`) this broker is the only replica and leader of every
-partition it holds, so the high watermark follows the log end after every append and acks=all completes
-with the local append, without waiting. The cluster's LeaderAndIsr replaces exactly that through
-Partition.make_leader / make_follower.
+The controller's requests land here too (Kafka's becomeLeaderOrFollower, stopReplicas and
+maybeUpdateMetadataCache): LeaderAndIsr makes this broker leader or follower of its partitions (creating their
+logs), StopReplica stops (and perhaps deletes) them, UpdateMetadata fills the cluster's MetadataCache. A
+partition this broker holds no state for is refused in one place, `get_partition` (Kafka's
+getPartitionOrError). Without a cluster (`leads_all_local_logs`: tests of the request paths alone) this broker
+leads every partition it holds.
 
 As a leader with followers (Kafka's ReplicaManager.fetchMessages and Partition): replica fetches record each
 follower's position and may move the HW or propose an ISR expansion; a periodic task proposes ISR shrinks; each
-ISR change is written to the cluster store (`isr_store`, set by the cluster glue) with a compare-and-set before
-it takes effect.
+ISR change is written to the cluster store (`store`) with a compare-and-set before it takes effect.
 acks=all produce and other internal writers wait for the HW in `wait_for_commit` (Kafka's DelayedProduce):
 every wait is parked in `purgatory` on the partition's key (appends, leader changes) and on its
 `committed_key` (HW and ISR moves), until one of them is woken or its own timeout passes.
@@ -31,14 +32,20 @@ import contextlib
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable, Hashable
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 from kafkalite.broker.config import BrokerConfig
-from kafkalite.broker.metadata import INTERNAL_TOPICS, MetadataStore
+from kafkalite.broker.metadata import INTERNAL_TOPICS, MetadataStore, ensure_log_topic_id
 from kafkalite.broker.purgatory import Purgatory
+from kafkalite.broker.replica_fetcher import FetcherSettings, ReplicaFetcherManager
+from kafkalite.broker.topic_admin import TopicAdmin
+from kafkalite.cluster.metadata_cache import LEADER_DURING_DELETE, MetadataCache
 from kafkalite.cluster.store import ClusterStore
 from kafkalite.cluster.znodes import PartitionState
+from kafkalite.coordinator.config import OFFSETS_TOPIC
 from kafkalite.errors import (
     InvalidRecordError,
     InvalidTopicError,
@@ -48,6 +55,8 @@ from kafkalite.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     RequestTimedOutError,
+    StaleBrokerEpochError,
+    StaleControllerEpochError,
     UnknownTopicOrPartitionError,
 )
 from kafkalite.manager.log_manager import LogManager, descriptor_advice, is_descriptor_exhaustion
@@ -56,12 +65,13 @@ from kafkalite.protocol.error_codes import ErrorCode
 from kafkalite.protocol.primitives import BIG_PART
 from kafkalite.records.batch import iter_batches
 from kafkalite.replication.partition import IsrChange, Partition, PartitionRead, monotonic_ms
+from kafkalite.security.transport import ClientSecurity
 from kafkalite.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from kafkalite.storage.file_records import FileSlice
 from kafkalite.storage.log import FetchIsolation, Log, LogAppendInfo
 from kafkalite.storage.producer_state import AppendOrigin
 
-__all__ = ["PartitionRead", "ReplicaManager", "error_code_of"]
+__all__ = ["LeadershipListener", "PartitionRead", "ReplicaManager", "error_code_of"]
 
 log = logging.getLogger("kafkalite.broker")
 
@@ -82,6 +92,15 @@ def committed_key(topic: str, partition: int) -> tuple[str, str, int]:
     completes on new bytes, not on the HW), and the follower that moved it would wake the other one's
     parked fetch for an empty read on the path of every acks=all produce."""
     return ("committed", topic, partition)
+
+
+class LeadershipListener(Protocol):
+    """What hears that this broker leads, or no longer leads, a `__consumer_offsets` partition: the group
+    coordinator (Kafka's onLeadershipChange callback into GroupCoordinator.onElection / onResignation)."""
+
+    def on_election(self, partition: int, epoch: int = -1) -> None: ...
+
+    def on_resignation(self, partition: int, epoch: int = -1) -> None: ...
 
 
 def error_code_of(exc: BaseException) -> int:
@@ -106,28 +125,41 @@ def _check_one_batch(records: bytes | memoryview | None) -> bytes | memoryview:
 class ReplicaManager:
     """The broker's partitions by (topic, partition), and the request paths through them."""
 
-    def __init__(self, config: BrokerConfig, logs: LogManager, metadata: MetadataStore) -> None:
+    def __init__(self, config: BrokerConfig, logs: LogManager, metadata: MetadataStore, *,
+                 cache: MetadataCache | None = None, store: ClusterStore | None = None) -> None:
+        """`cache` and `store` are the cluster's (a broker always has them: a single broker is a cluster of
+        one); without them (tests of the request paths alone) this broker leads every partition it holds."""
         self.config = config
         self.logs = logs
         self.metadata = metadata
+        self.admin = TopicAdmin(logs, metadata)
         self.node_id = config.node_id
         self.purgatory = Purgatory()
         self.append_listeners: list[Callable[[str, int], None]] = []
         self.partitions: dict[tuple[str, int], Partition] = {}
-        # Single-broker mode: this broker leads every partition it holds a log for, including logs made
-        # directly on the LogManager (the coordinator's `__consumer_offsets`). A cluster turns this off and
-        # sets roles with make_leader / make_follower from LeaderAndIsr.
-        # A cluster broker (zookeeper.connect) leads nothing before LeaderAndIsr, not even while it starts.
-        self.leads_all_local_logs = not config.get("zookeeper.connect")
+        # Without a cluster: this broker leads every partition it holds a log for, including logs made directly
+        # on the LogManager. With one, roles come from the controller's LeaderAndIsr (make_leader /
+        # make_follower), and nothing is led before it, not even while the broker starts.
+        self.leads_all_local_logs = cache is None
+        self.cache = cache
         self.lag_time_max_ms: int = config.get("replica.lag.time.max.ms")
         self.hw_requires_min_isr: bool = config.get("replica.high.watermark.requires.min.isr")
-        # The cluster glue sets this: where leaders commit ISR changes (None: no store, no followers).
-        self.isr_store: ClusterStore | None = None
+        self.store = store  # where leaders commit ISR changes (None: no store, no followers)
         self._isr_writes: set[asyncio.Task[None]] = set()
         self._unannounced: set[tuple[str, int]] = set()  # ISR changes written but not yet announced
         self._announcer: asyncio.Task[None] | None = None
-        # The cluster glue sets this: whether a broker is alive (DeleteRecords waits for live replicas only).
-        self.broker_alive: Callable[[int], bool] = lambda _b: True
+        self._isr_expiration: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+        # Followers fetch from their leaders through these (Kafka's ReplicaManager owns its fetcher manager).
+        self.fetchers = ReplicaFetcherManager(
+            replace(FetcherSettings.from_config(config), security=ClientSecurity.for_inter_broker(config)),
+            lambda t, p: self.partitions.get((t, p)), self.io_failed)
+        self.local_failures: dict[tuple[str, int], tuple[int, str]] = {}  # partitions LeaderAndIsr could not host
+        self.shutting_down = False  # controlled shutdown under way: no follower of ours starts fetching
+
+    def broker_alive(self, broker: int) -> bool:
+        """DeleteRecords waits for live replicas only."""
+        return self.cache is None or broker in self.cache.brokers
 
     # --- partitions -------------------------------------------------------------------------------
 
@@ -156,8 +188,8 @@ class ReplicaManager:
                     lg.update_high_watermark(min(hw, lg.log_end_offset))
 
     def new_partition(self, lg: Log) -> Partition:
-        """A Partition of `lg` with this broker's replication settings, before any role (the cluster glue
-        then applies LeaderAndIsr with make_leader / make_follower)."""
+        """A Partition of `lg` with this broker's replication settings, before any role (LeaderAndIsr then
+        gives it one with make_leader / make_follower)."""
         return Partition(lg.topic, lg.partition, lg, self.node_id, lag_time_max_ms=self.lag_time_max_ms,
                          hw_requires_min_isr=self.hw_requires_min_isr)
 
@@ -189,15 +221,20 @@ class ReplicaManager:
         raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {topic}-{partition}")
 
     def get_partition(self, topic: str, partition: int) -> Partition:
-        """The partition with its current log; UNKNOWN_TOPIC_OR_PARTITION or KAFKA_STORAGE_ERROR when there
-        is none. A log reopened by the LogManager (descriptor pressure) is a new object: rebound here."""
-        lg = self.get_log(topic, partition)
+        """The partition with its current log. One this broker holds no state for answers as Kafka's
+        getPartitionOrError: NOT_LEADER_OR_FOLLOWER if the cluster has it (the client refreshes its metadata),
+        else UNKNOWN_TOPIC_OR_PARTITION; KAFKA_STORAGE_ERROR when its log dir is offline. A log reopened by
+        the LogManager (descriptor pressure) is a new object: rebound here."""
         part = self.partitions.get((topic, partition))
         if part is None:
-            if not self.leads_all_local_logs:
-                raise NotLeaderOrFollowerError(f"broker {self.node_id} has no state for {topic}-{partition} "
-                                               "yet (no LeaderAndIsr received)")
-            return self.lead_locally(lg)
+            if self.leads_all_local_logs:
+                return self.lead_locally(self.get_log(topic, partition))
+            if self.cache is not None and self.cache.partition(topic, partition) is None:
+                raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: "
+                                                   f"{topic}-{partition}")
+            raise NotLeaderOrFollowerError(f"broker {self.node_id} is neither the leader nor a follower of "
+                                           f"{topic}-{partition}")
+        lg = self.get_log(topic, partition)
         if part.log is not lg:
             part.log = lg
         return part
@@ -407,7 +444,7 @@ class ReplicaManager:
     # --- the ISR ------------------------------------------------------------------------------------
 
     def _submit_isr_change(self, part: Partition, change: IsrChange) -> None:
-        store = self.isr_store
+        store = self.store
         if store is None:  # nowhere to commit it (no cluster): the change cannot take effect
             part.isr_change_failed(change)
             return
@@ -491,8 +528,275 @@ class ReplicaManager:
                 await asyncio.wait_for(stop.wait(), interval)
             if not stop.is_set():
                 self.maybe_shrink_isrs()
-                if self._unannounced and self.isr_store is not None:
-                    self._announce_soon(self.isr_store)
+                if self._unannounced and self.store is not None:
+                    self._announce_soon(self.store)
+
+    # --- the controller's requests (Kafka's becomeLeaderOrFollower, stopReplicas, maybeUpdateMetadataCache) ---
+
+    def _check_epochs(self, body: dict[str, Any], broker_epoch: int) -> None:
+        """Kafka's isBrokerEpochStale and controller-epoch check (-1 = an old request version without one)."""
+        assert self.cache is not None
+        requested = body.get("broker_epoch", -1)
+        if requested != -1 and requested < broker_epoch:
+            raise StaleBrokerEpochError(f"request for broker epoch {requested}, this broker's is {broker_epoch}")
+        if body["controller_epoch"] < self.cache.controller_epoch:
+            raise StaleControllerEpochError(f"controller epoch {body['controller_epoch']} is older than "
+                                            f"{self.cache.controller_epoch}")
+
+    async def update_metadata(self, body: dict[str, Any], broker_epoch: int,
+                              leadership: LeadershipListener | None) -> dict[str, Any]:
+        """UpdateMetadata: the cache takes the cluster's view; local replicas the view leaves out are deleted."""
+        assert self.cache is not None
+        try:
+            self._check_epochs(body, broker_epoch)
+        except KafkaliteError as exc:
+            log.warning("Refused UpdateMetadata from controller %d: %s", body["controller_id"], exc)
+            return {"error_code": exc.error_code}
+        self.cache.apply(body)
+        for topic, p in self._strays(body):
+            log.warning("Deleting the replica of %s-%d: the cluster's assignment of that partition no longer "
+                        "includes broker %d (it was moved away while this broker was down, so no StopReplica "
+                        "reached it)", topic, p, self.node_id)
+            await self._stop(topic, p, -1, True, leadership)
+        return {"error_code": ErrorCode.NONE}
+
+    def _strays(self, body: dict[str, Any]) -> list[tuple[str, int]]:
+        """Local replicas of partitions whose replicas, as this UpdateMetadata says, leave this broker out: a
+        reassignment removed them while the broker was down. Kafka's ZooKeeper mode leaves such logs on disk for
+        ever (its KRaft mode deletes them); here they go as the missed StopReplica(delete) would have. A topic
+        being deleted (no replicas) is the deletion's business."""
+        out = []
+        for t in body.get("topic_states", []):
+            for s in t["partition_states"]:
+                if not s["replicas"] or self.node_id in s["replicas"] or s["leader"] == LEADER_DURING_DELETE:
+                    continue
+                tp = (t["topic_name"], s["partition_index"])
+                if tp in self.partitions or self.logs.get_log(*tp) is not None:
+                    out.append(tp)
+        return out
+
+    async def become_leader_or_follower(self, body: dict[str, Any], broker_epoch: int,
+                                        leadership: LeadershipListener | None) -> dict[str, Any]:
+        """LeaderAndIsr: each partition state this broker is named in is applied (its log made if missing),
+        each with its own error code; `leadership` hears of `__consumer_offsets` partitions won and lost."""
+        assert self.cache is not None
+        try:
+            self._check_epochs(body, broker_epoch)
+        except KafkaliteError as exc:
+            log.warning("Refused LeaderAndIsr from controller %d: %s", body["controller_id"], exc)
+            return {"error_code": exc.error_code, "partition_errors": [], "topics": []}
+        self.cache.controller_epoch = max(self.cache.controller_epoch, body["controller_epoch"])
+        self.fetchers.learn_leaders(body.get("live_leaders", []))
+        grouped = [(t["topic_name"], t.get("topic_id"), t["partition_states"]) for t in body.get("topic_states", [])]
+        for s in body.get("ungrouped_partition_states", []):
+            grouped.append((s["topic_name"], None, [s]))
+        await self._create_missing_logs(grouped)
+        topics_out = []
+        flat_out = []
+        for name, topic_id, states in grouped:
+            codes = await self._become(name, topic_id, states, leadership)
+            errors = [{"topic_name": name, "partition_index": s["partition_index"], "error_code": code}
+                      for s, code in zip(states, codes, strict=True)]
+            flat_out += errors
+            topics_out.append({"topic_id": topic_id or uuid.UUID(int=0), "partition_errors": errors})
+        return {"error_code": ErrorCode.NONE, "partition_errors": flat_out, "topics": topics_out}
+
+    async def _topic_config(self, topic: str) -> dict[str, str]:
+        return await self.store.topic_config(topic) if self.store is not None else {}
+
+    async def _create_missing_logs(self, grouped: list[tuple[str, Any, list[dict[str, Any]]]]) -> None:
+        """New partitions of a LeaderAndIsr (a topic creation: thousands, perhaps) get their logs in chunks on
+        worker threads (TopicAdmin.create_logs), keeping the event loop serving; _become then finds them."""
+        wanted: list[tuple[str, int, dict[str, str], uuid.UUID | None]] = []
+        configs: dict[str, dict[str, str]] = {}
+        for name, topic_id, states in grouped:
+            for s in states:
+                p = s["partition_index"]
+                if self.node_id in s["replicas"] and self.logs.get_log(name, p) is None:
+                    if name not in configs:
+                        configs[name] = await self._topic_config(name)
+                    wanted.append((name, p, configs[name], topic_id if topic_id is not None and topic_id.int
+                                   else None))
+        if wanted:
+            await self.admin.create_logs(wanted)
+
+    def _local_epoch(self, topic: str, p: int) -> int:
+        part = self.partitions.get((topic, p))
+        return part.leader_epoch if part is not None else -1
+
+    async def _become(self, topic: str, topic_id: uuid.UUID | None, states: list[dict[str, Any]],
+                      leadership: LeadershipListener | None) -> list[int]:
+        """LeaderAndIsr for one topic's partitions: the checks on the event loop, then every accepted
+        partition's _ensure_local, in order, in one worker-thread call (a thread hop per partition made a
+        start-up with thousands of partitions half a second slower), then the leadership callbacks."""
+        codes: list[int] = []
+        accepted: list[int] = []  # indexes into states
+        for i, s in enumerate(states):
+            code = self._check_become(topic, topic_id, s)
+            codes.append(ErrorCode.NONE if code is None else code)
+            if code is None:
+                accepted.append(i)
+        if not accepted:
+            return codes
+        outcomes: list[Partition | BaseException]
+        for i in accepted:  # before the role changes (Kafka's order): no follower append races them
+            self.fetchers.remove_partition(topic, states[i]["partition_index"])
+        try:
+            configs = await self._topic_config(topic)
+            outcomes = await asyncio.to_thread(self._ensure_each, topic, topic_id, configs,
+                                               [states[i] for i in accepted])
+        except KafkaliteError as exc:
+            outcomes = [exc] * len(accepted)
+        for i, got in zip(accepted, outcomes, strict=True):
+            s = states[i]
+            if isinstance(got, BaseException):
+                codes[i] = self._became(topic, s, got, leadership)
+                continue
+            self._apply_role(got, s)  # on the loop (see there)
+            self.purgatory.wake((topic, s["partition_index"]))  # waiting produces see the new role
+            if s["leader"] != self.node_id and not self.shutting_down:
+                self.fetchers.add_partition(got)
+            codes[i] = self._became(topic, s, None, leadership)
+        return codes
+
+    def _check_become(self, topic: str, topic_id: uuid.UUID | None, s: dict[str, Any]) -> int | None:
+        """The error of a partition state this broker must not apply, None to apply it."""
+        p = s["partition_index"]
+        if self.node_id not in s["replicas"]:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if s["leader_epoch"] <= self._local_epoch(topic, p):
+            return ErrorCode.STALE_CONTROLLER_EPOCH
+        info = self.metadata.get(topic)
+        if info is not None and topic_id is not None and topic_id.int and info.topic_id != topic_id:
+            if not any(t == topic for t, _p in self.partitions) and \
+                    not any(lg.topic == topic for lg in self.logs.all_logs()):
+                self.metadata.remove(topic)  # a stale registration without logs: a recreated topic
+            else:
+                return ErrorCode.INCONSISTENT_TOPIC_ID
+        return None
+
+    def _ensure_each(self, topic: str, topic_id: uuid.UUID | None, configs: dict[str, str],
+                     states: list[dict[str, Any]]) -> list[Partition | BaseException]:
+        """_ensure_local for each state in order (on a worker thread); each one's Partition or failure."""
+        out: list[Partition | BaseException] = []
+        for s in states:
+            try:
+                out.append(self._ensure_local(topic, topic_id, s["partition_index"], configs))
+            except (KafkaliteError, OSError) as exc:
+                out.append(exc)
+        return out
+
+    def _became(self, topic: str, s: dict[str, Any], failed: BaseException | None,
+                leadership: LeadershipListener | None) -> int:
+        p = s["partition_index"]
+        if failed is not None:
+            log.error("Cannot host %s-%d: %s", topic, p, failed)
+            code = error_code_of(failed) if isinstance(failed, KafkaliteError) else ErrorCode.KAFKA_STORAGE_ERROR
+            self.local_failures[(topic, p)] = (code, f"{topic}-{p}: {failed}")
+            if topic == OFFSETS_TOPIC and leadership is not None:
+                leadership.on_resignation(p, s["leader_epoch"])
+            return code
+        self.local_failures.pop((topic, p), None)
+        if topic == OFFSETS_TOPIC and leadership is not None:
+            if s["leader"] == self.node_id:
+                leadership.on_election(p, s["leader_epoch"])
+            else:
+                leadership.on_resignation(p, s["leader_epoch"])
+        return ErrorCode.NONE
+
+    def _ensure_local(self, topic: str, topic_id: uuid.UUID | None, p: int, configs: dict[str, str]
+                      ) -> Partition:
+        """The local log and Partition of a partition this broker replicates (in a worker thread: creating
+        a log touches the disk)."""
+        md = self.metadata
+        info = md.get(topic)
+        if info is None:
+            info = md.add(topic, p + 1, configs, topic_id if topic_id is not None and topic_id.int else None)
+            if configs:
+                self.logs.update_topic_config(topic, configs)
+        elif info.partitions <= p:
+            md.set_partitions(topic, p + 1)
+        if self.logs.is_offline(topic, p):
+            raise KafkaStorageError(f"the log dir of {topic}-{p} is offline")
+        lg = self.logs.get_log(topic, p) or self.logs.get_or_create_log(topic, p, configs or None)
+        ensure_log_topic_id(lg, info.topic_id)
+        part = self.partitions.get((topic, p))
+        if part is None or part.log is not lg:
+            part = self.partitions[(topic, p)] = self.new_partition(lg)
+        return part
+
+    def _apply_role(self, part: Partition, s: dict[str, Any]) -> None:
+        """Leader or follower as the controller says (Kafka's makeLeader / makeFollower), on the event loop:
+        an append in between must not be stamped with the old epoch after the new epoch's start was recorded
+        (Kafka holds its leaderIsrUpdateLock for the same reason)."""
+        replicas, isr = list(s["replicas"]), list(s["isr"])
+        if s["leader"] == self.node_id:
+            part.make_leader(s["leader_epoch"], isr, replicas, s.get("partition_epoch", 0),
+                             controller_epoch=s.get("controller_epoch", -1))
+        else:
+            part.make_follower(s["leader"], s["leader_epoch"], isr, replicas, s.get("partition_epoch", 0))
+
+    async def stop_replicas(self, body: dict[str, Any], broker_epoch: int, leadership: LeadershipListener | None
+                            ) -> dict[str, Any]:
+        """StopReplica: stop replicating the partitions named (no more fetching, no more serving), deleting
+        those marked for deletion; a state older than this broker's epoch for it is FENCED_LEADER_EPOCH."""
+        assert self.cache is not None
+        try:
+            self._check_epochs(body, broker_epoch)
+        except KafkaliteError as exc:
+            log.warning("Refused StopReplica from controller %d: %s", body["controller_id"], exc)
+            return {"error_code": exc.error_code, "partition_errors": []}
+        self.cache.controller_epoch = max(self.cache.controller_epoch, body["controller_epoch"])
+        wanted: list[tuple[str, int, int, bool]] = []
+        for t in body.get("topic_states", []):
+            for s in t["partition_states"]:
+                wanted.append((t["topic_name"], s["partition_index"], s.get("leader_epoch", -1),
+                               s["delete_partition"]))
+        for t in body.get("topics", []):
+            wanted += [(t["name"], p, -1, body.get("delete_partitions", False)) for p in t["partition_indexes"]]
+        for s in body.get("ungrouped_partitions", []):
+            wanted.append((s["topic_name"], s["partition_index"], -1, body.get("delete_partitions", False)))
+        errors = []
+        for topic, p, epoch, delete in wanted:
+            if 0 <= epoch <= self._local_epoch(topic, p):
+                errors.append({"topic_name": topic, "partition_index": p, "error_code": ErrorCode.FENCED_LEADER_EPOCH})
+                continue
+            await self._stop(topic, p, epoch, delete, leadership)
+            errors.append({"topic_name": topic, "partition_index": p, "error_code": ErrorCode.NONE})
+        return {"error_code": ErrorCode.NONE, "partition_errors": errors}
+
+    async def _stop(self, topic: str, p: int, epoch: int, delete: bool, leadership: LeadershipListener | None
+                    ) -> None:
+        """Stop replicating a partition here (no more fetching, no more serving) and, with `delete`, remove it."""
+        self.fetchers.remove_partition(topic, p)
+        if delete:
+            await asyncio.to_thread(self._delete_local, topic, p)
+        else:  # no longer served here: clients are sent back to the metadata
+            part = self.partitions.get((topic, p))
+            if part is not None:
+                part.make_follower(-1, max(self._local_epoch(topic, p), epoch), part.isr, part.replicas,
+                                   part.partition_epoch)
+        self.purgatory.wake((topic, p))
+        if topic == OFFSETS_TOPIC and leadership is not None:
+            leadership.on_resignation(p, epoch)
+
+    def _delete_local(self, topic: str, p: int) -> None:
+        self.remove_partition(topic, p)
+        if not any(lg.topic == topic for lg in self.logs.all_logs()):
+            self.metadata.remove(topic)
+
+    # --- replication's background work ------------------------------------------------------------------
+
+    def start_isr_expiration(self) -> None:
+        self._isr_expiration = asyncio.get_running_loop().create_task(
+            self.run_isr_expiration(self._stopping), name="isr-expiration")
+
+    async def stop_replication(self) -> None:
+        """The ISR expiration task and every replica fetcher stop (the broker's shutdown)."""
+        self._stopping.set()
+        if self._isr_expiration is not None:
+            await self._isr_expiration
+        await self.fetchers.stop()
 
     @staticmethod
     def records_for_wire(records: FileSlice | bytes) -> FileRegion | bytes:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
+from kafkalite.broker.handlers import Handler
 from kafkalite.cluster.store import ClusterStore
 from kafkalite.errors import KafkaliteError
-from kafkalite.protocol import ErrorCode, RequestHeader
+from kafkalite.protocol import ApiKey, ErrorCode, RequestHeader
 from kafkalite.security.scram import (
     MAX_ITERATIONS,
     MECHANISM_IDS,
@@ -51,6 +53,9 @@ class ScramAdmin:
             return
         for problem in self.credentials.set_user(user, config):
             log.error("Ignoring a malformed SCRAM credential in the cluster store: %s", problem)
+
+    def handlers(self) -> Mapping[int, Handler]:
+        return {ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe, ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter}
 
     async def describe(self, h: RequestHeader, body: dict[str, Any], session: Session) -> dict[str, Any]:
         # authorize DESCRIBE on CLUSTER (the ACL helper's hook: Kafka requires it for this API)

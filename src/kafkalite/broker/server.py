@@ -33,15 +33,18 @@ import time
 from typing import Any, Literal
 
 from kafkalite.broker.apis import KafkaApis
+from kafkalite.broker.assembly import assemble
 from kafkalite.broker.channel import Channel
 from kafkalite.broker.cluster_node import ClusterNode
 from kafkalite.broker.config import BrokerConfig
 from kafkalite.broker.frame_buffers import FrameBuffers
 from kafkalite.broker.metadata import MetadataStore, halt_on_metadata_dir_failure
 from kafkalite.broker.replica_manager import ReplicaManager
+from kafkalite.broker.scram_admin import ScramAdmin
 from kafkalite.broker.topic_admin import TopicAdmin
 from kafkalite.cleaner.config import CleanerConfig
 from kafkalite.cluster.local_store import LocalStore
+from kafkalite.cluster.metadata_cache import MetadataCache
 from kafkalite.cluster.store import ClusterStore
 from kafkalite.cluster.zk_store import ZkStore
 from kafkalite.config.listeners import TLS_PROTOCOLS
@@ -80,8 +83,9 @@ class Broker:
         self._registry: MetadataStore | None = None  # read before the logs load (their configs), then kept
         self.admin: TopicAdmin | None = None
         self.apis: KafkaApis | None = None
-        self.coordinator: Any = None
+        self.coordinator: GroupCoordinator | None = None
         self.cluster: ClusterNode | None = None  # the broker's part in its cluster (of one, by default)
+        self.scram_admin: ScramAdmin | None = None
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._writers: dict[asyncio.Task[None], Channel] = {}
@@ -142,10 +146,10 @@ class Broker:
         # kafkalite-metadata.json is the single broker's cluster store (LocalStore): the registry of hosted
         # topics is then only this broker's view of it; with ZooKeeper it is this broker's own file.
         registry = self._registry or MetadataStore(self.logs.dirs[0].path, persist=self._persists_registry())
-        self.replicas = ReplicaManager(cfg, self.logs, registry)
-        # Roles come from the controller's LeaderAndIsr in both modes, which also creates missing logs.
-        self.replicas.leads_all_local_logs = False
-        self.admin = TopicAdmin(self.replicas)
+        cache = MetadataCache(cfg.inter_broker_listener().name)  # what the controller's UpdateMetadata says
+        store = cluster_store(cfg)
+        self.replicas = ReplicaManager(cfg, self.logs, registry, cache=cache, store=store)
+        self.admin = self.replicas.admin
         self.admin.adopt_logs()
         if any(li.port == 0 for li in cfg.advertised()):
             # Listening on ephemeral ports (tests): advertise the ports the OS picked, listener by listener.
@@ -153,13 +157,13 @@ class Broker:
                                                                    for s in self._servers], strict=True))
             adv = ",".join(f"{li.name}://{li.host}:{li.port or bound.get(li.name, 0)}" for li in cfg.advertised())
             cfg = self.config = BrokerConfig.load(None, {**cfg.props, "advertised.listeners": adv})
-        self.coordinator = await self._start_coordinator()
-        self.apis = KafkaApis(cfg, self.replicas, self.coordinator, self.admin)
+        self.coordinator = await self._start_coordinator(cache)
+        parts = assemble(cfg, self.replicas, self.coordinator, store, cache)
+        self.cluster, self.apis, self.scram_admin = parts.cluster, parts.apis, parts.scram
         self.logs.startup()
         for server in self._servers:
             await server.start_serving()
         # Registered only once listening, so the controller (perhaps this broker) can connect (docs/cluster.md).
-        self.cluster = ClusterNode(cfg, self.replicas, self.apis, cluster_store(cfg))
         await self.cluster.start()
         self.apis.ready.set()
         self._background.append(asyncio.create_task(self.replicas.run_checkpoints(self._stop)))
@@ -189,14 +193,15 @@ class Broker:
             return {}
         return {name: dict(t.configs) for name, t in store.topics.items() if t.configs}
 
-    async def _start_coordinator(self) -> Any:
+    async def _start_coordinator(self, cache: MetadataCache) -> GroupCoordinator:
         replicas = self.replicas
         assert replicas is not None
         # the coordinator appends like an acks=all produce and waits through the same ReplicaManager
         write_offsets = functools.partial(replicas.append_for_coordinator, OFFSETS_TOPIC)
+        # commits name partitions of the whole cluster, not only those with a log here
         coordinator = GroupCoordinator(replicas.logs, self.config, writer=write_offsets, replicas=replicas,
-                                       partition_exists=lambda t, p: replicas.logs.get_log(t, p) is not None)
-        # the coordinator loads a partition's groups when it becomes its leader (cluster_node)
+                                       partition_exists=lambda t, p: cache.partition(t, p) is not None)
+        # the coordinator loads a partition's groups when it becomes its leader (LeaderAndIsr)
         await coordinator.start(lead_all=False)
         return coordinator
 
@@ -377,12 +382,12 @@ class Broker:
     async def _scram_loaded(self) -> None:
         """During start-up a SCRAM login waits until the cluster part has read the credentials (not for the
         whole start-up: the broker's own controller may log in with SCRAM before the broker is ready)."""
-        while self.cluster is None:
+        while self.scram_admin is None:
             await asyncio.sleep(0.02)
-        await self.cluster.scram_admin.loaded.wait()
+        await self.scram_admin.loaded.wait()
 
     def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
-        return None if self.cluster is None else self.cluster.scram.get(user, mechanism)
+        return None if self.scram_admin is None else self.scram_admin.credentials.get(user, mechanism)
 
     async def _raw_sasl_token(self, sasl: _SaslState, frame: memoryview, session: Session
                               ) -> list[Any] | Literal[False]:

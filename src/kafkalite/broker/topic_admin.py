@@ -1,7 +1,7 @@
 """Topic administration on one broker: the local side of what the controller decides, with Kafka's checks.
 
 Topics are created, grown and deleted through the cluster store and the controller in both modes
-(broker/cluster_node.py; a single broker is its own controller over cluster/local_store.py). What is this
+(broker/topic_apis.py; a single broker is its own controller over cluster/local_store.py). What is this
 broker's own business lives here: refusing, before anything is written, a request beyond Kafka's
 partition limit or this broker's open-file limit; making the logs a LeaderAndIsr hands it, in chunks on
 worker threads (a few ms each: thousands made on the event loop would stall every client); adopting
@@ -14,20 +14,17 @@ import asyncio
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from kafkalite.broker.metadata import ensure_log_topic_id
+from kafkalite.broker.metadata import MetadataStore, ensure_log_topic_id
 from kafkalite.errors import (
     InvalidConfigError,
     KafkaliteError,
     PolicyViolationError,
     UnknownTopicOrPartitionError,
 )
-from kafkalite.manager.log_manager import FDS_PER_PARTITION, open_descriptors
+from kafkalite.manager.log_manager import FDS_PER_PARTITION, LogManager, open_descriptors
 from kafkalite.storage.log_config import LogConfig
-
-if TYPE_CHECKING:
-    from kafkalite.broker.replica_manager import ReplicaManager
 
 log = logging.getLogger("kafkalite.broker")
 
@@ -43,10 +40,9 @@ DESCRIPTOR_HEADROOM = 128  # descriptors kept free for connections, segment roll
 class TopicAdmin:
     """This broker's part of topic administration: limits, new logs, adopted dirs, topic configs."""
 
-    def __init__(self, replicas: ReplicaManager) -> None:
-        self.replicas = replicas
-        self.logs = replicas.logs
-        self.metadata = replicas.metadata
+    def __init__(self, logs: LogManager, metadata: MetadataStore) -> None:
+        self.logs = logs
+        self.metadata = metadata
         self._reserved_partitions = 0  # partitions create_logs will still open files for
         self._creator: ThreadPoolExecutor | None = None
 

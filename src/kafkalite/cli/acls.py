@@ -305,8 +305,7 @@ class ZooKeeperAcls:
                 acls = AclApis(BrokerConfig.load(overrides={"authorizer.class.name": AUTHORIZER_OWN_CLASS}), store,
                                None)
                 await acls.start()
-                handler = {ApiKey.DESCRIBE_ACLS: acls.describe_acls, ApiKey.CREATE_ACLS: acls.create_acls,
-                           ApiKey.DELETE_ACLS: acls.delete_acls}[ApiKey(api)]
+                handler = acls.handlers()[ApiKey(api)]
                 return await handler(RequestHeader(api, 3, 1, "kafkalite-acls"), body, internal_session())
             finally:
                 await store.close()

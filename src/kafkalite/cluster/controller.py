@@ -912,7 +912,7 @@ class Controller:
 
     def _delete_replicas(self, tp: TopicPartition, brokers: Iterable[int]) -> None:
         """StopReplica(delete) to those of `brokers` that are live (a dead one deletes its copy when it returns:
-        ClusterNode._strays)."""
+        ReplicaManager._strays)."""
         for b in brokers:
             if b in self.live:
                 self._stop_replica(b, [tp], delete=True)
