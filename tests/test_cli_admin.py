@@ -267,6 +267,55 @@ def test_groups_describe_members_and_state(broker, admin):
     assert r.returncode == 2 and "not allowed with argument" in r.stderr
 
 
+def test_groups_list_filters_by_state_and_type_as_kafka_consumer_groups_does(broker, admin):
+    """--list --state [STATES] and --list --type [TYPES] (KIP-848's ListGroups v5: every group here is classic)."""
+    bs = ["--bootstrap-server", broker.bootstrap]
+    assert kl("topics", *bs, "--create", "--topic", "typed", "--partitions", "1").returncode == 0
+    admin.alter_group_offsets("typed-idle", {KTP("typed", 0): OffsetAndMetadata(0, "", -1)})
+    consumer = joined_consumer(broker, "typed", "typed-live")
+    try:
+        def table(*extra: str) -> list[list[str]]:
+            r = kl("groups", *bs, "--list", *extra)
+            assert r.returncode == 0, r.stdout + r.stderr
+            return [line.split() for line in r.stdout.splitlines()]
+
+        rows = table("--type")
+        assert rows[0] == ["GROUP", "TYPE"] and ["typed-live", "Classic"] in rows and ["typed-idle", "Classic"] in rows
+        rows = table("--type", "--state")
+        assert rows[0] == ["GROUP", "TYPE", "STATE"] and ["typed-live", "Classic", "Stable"] in rows
+        assert ["typed-idle", "Classic", "Empty"] in rows
+        names = [r[0] for r in table("--state", "stable")[1:]]  # case-insensitive, as Kafka's tool
+        assert "typed-live" in names and "typed-idle" not in names
+        names = [r[0] for r in table("--state", "Empty,Dead", "--type", "CLASSIC")[1:]]
+        assert "typed-idle" in names and "typed-live" not in names
+        assert table("--type", "consumer") == [["GROUP", "TYPE"]]  # no KIP-848 groups
+    finally:
+        consumer.close()
+    r = kl("groups", *bs, "--list", "--type", "share")
+    assert r.returncode == 2 and "Invalid type list 'share'. Valid types are: classic, consumer" in r.stderr, r.stderr
+    r = kl("groups", *bs, "--list", "--state", "Sleeping")
+    assert r.returncode == 2 and "Invalid state list 'Sleeping'" in r.stderr, r.stderr
+    r = kl("groups", *bs, "--describe", "--group", "typed-idle", "--type")
+    assert r.returncode == 2 and "--type goes with --list" in r.stderr, r.stderr
+
+
+def test_list_groups_v5_answers_a_type_filter_from_confluent_kafka(broker, admin):
+    """librdkafka's ListConsumerGroups with `types` needs ListGroups v5 (it refuses the call on a broker without)."""
+    from confluent_kafka import ConsumerGroupType
+    from confluent_kafka.admin import AdminClient
+
+    assert kl("topics", "--bootstrap-server", broker.bootstrap, "--create", "--topic", "ck-t", "--partitions", "1"
+              ).returncode == 0
+    admin.alter_group_offsets("ck-typed", {KTP("ck-t", 0): OffsetAndMetadata(0, "", -1)})
+    ck_admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    classic = ck_admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}, request_timeout=15).result()
+    assert not classic.errors, classic.errors
+    got = {g.group_id: g.type for g in classic.valid}
+    assert got.get("ck-typed") == ConsumerGroupType.CLASSIC, got
+    kip848 = ck_admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}, request_timeout=15).result()
+    assert not kip848.errors and "ck-typed" not in {g.group_id for g in kip848.valid}
+
+
 def test_describe_log_dirs_with_kafka_python_and_the_cli(broker, admin):
     bs = ["--bootstrap-server", broker.bootstrap]
     assert kl("topics", *bs, "--create", "--topic", "sized", "--partitions", "2").returncode == 0

@@ -57,7 +57,7 @@ def test_supported_versions_cover_the_brief() -> None:
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4), ApiKey.CREATE_TOPICS: (0, 7), ApiKey.DELETE_TOPICS: (0, 6),
         ApiKey.DELETE_RECORDS: (0, 2), ApiKey.DESCRIBE_CONFIGS: (0, 4), ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         ApiKey.ALTER_CONFIGS: (0, 2), ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
-        ApiKey.CREATE_PARTITIONS: (0, 3), ApiKey.DESCRIBE_GROUPS: (0, 5), ApiKey.LIST_GROUPS: (0, 4),
+        ApiKey.CREATE_PARTITIONS: (0, 3), ApiKey.DESCRIBE_GROUPS: (0, 5), ApiKey.LIST_GROUPS: (0, 5),
         ApiKey.DELETE_GROUPS: (0, 2), ApiKey.OFFSET_DELETE: (0, 0), ApiKey.DESCRIBE_CLUSTER: (0, 1),
         ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
         ApiKey.ELECT_LEADERS: (0, 2), ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),

@@ -804,17 +804,25 @@ class KafkaClient:
         res = self._group_request(group, ApiKey.OFFSET_COMMIT, body, _first_partition_code)
         return {(t["name"], p["partition_index"]): p["error_code"] for t in res["topics"] for p in t["partitions"]}
 
-    def list_groups(self) -> dict[str, tuple[str, str]]:
-        """Every group of the cluster with its protocol type and state (empty from brokers before ListGroups v4):
-        ListGroups to each broker (a broker lists only the groups it coordinates), as Kafka's
-        Admin.listConsumerGroups does."""
-        out: dict[str, tuple[str, str]] = {}
+    def list_groups(self, states: Sequence[str] = (), types: Sequence[str] = ()) -> dict[str, tuple[str, str, str]]:
+        """Every group of the cluster (those in `states` / of `types` when given, case-insensitive) with its protocol
+        type, state and group type ("" from brokers before ListGroups v4 / v5): ListGroups to each broker (a broker
+        lists only the groups it coordinates), as Kafka's Admin.listConsumerGroups does. The filters are applied
+        here too, for brokers whose ListGroups version cannot carry them."""
+        out: dict[str, tuple[str, str, str]] = {}
+        want_states = {s.lower() for s in states}
+        want_types = {t.lower() for t in types}
         for node in sorted(self.refresh_metadata([]).brokers):
-            res = self.broker(node).request(ApiKey.LIST_GROUPS, {"states_filter": []})
+            res = self.broker(node).request(ApiKey.LIST_GROUPS, {"states_filter": list(states),
+                                                                 "types_filter": list(types)})
             if res["error_code"]:
                 raise KafkaClientError(res["error_code"], f"ListGroups of broker {node}")
-            out.update({g["group_id"]: (g.get("protocol_type", ""), g.get("group_state") or "")
-                        for g in res["groups"]})
+            for g in res["groups"]:
+                state, kind = g.get("group_state") or "", g.get("group_type") or ""
+                wanted = (not want_states or state.lower() in want_states) and \
+                    (not want_types or kind.lower() in want_types)
+                if wanted:
+                    out[g["group_id"]] = (g.get("protocol_type", ""), state, kind)
         return out
 
     def describe_group(self, group: str) -> dict[str, Any]:

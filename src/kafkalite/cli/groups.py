@@ -34,8 +34,11 @@ def add_parser(sub: Any) -> None:
     detail = p.add_mutually_exclusive_group()
     detail.add_argument("--offsets", action="store_true", help="--describe: committed offsets and lag (the default)")
     detail.add_argument("--members", action="store_true", help="--describe: the members and how many partitions each")
-    detail.add_argument("--state", action="store_true",
-                        help="--describe: coordinator, assignment strategy, state and member count; --list: states")
+    detail.add_argument("--state", nargs="?", const="", default=None, metavar="STATES",
+                        help="--describe: coordinator, assignment strategy, state and member count; --list: each "
+                             "group's state, or only the groups in STATES (comma-separated, e.g. Stable,Empty)")
+    p.add_argument("--type", nargs="?", const="", default=None, metavar="TYPES",
+                   help="--list: each group's type, or only the groups of TYPES (comma-separated: classic, consumer)")
     p.add_argument("--verbose", dest="details", action="store_true", help="--describe --members: the assignment")
     p.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P2]",
                    help="--reset-offsets, --delete-offsets: topic, optionally with partitions (repeatable)")
@@ -65,25 +68,55 @@ def _run(client: KafkaClient, args: Any) -> int:
         return reset_offsets(client, args)
     if args.delete_offsets:
         return delete_offsets(client, args)
+    if args.list:
+        return list_groups(client, args)
+    if args.type is not None:
+        raise UsageError("--type goes with --list")
     listed = client.list_groups()
     names = sorted(listed)
-    if args.list:
-        if args.state:
-            _print_table(["GROUP", "STATE"], [[n, listed[n][1] or "-"] for n in names])
-        else:
-            for n in names:
-                print(n)
-        return 0
     wanted = names if args.all_groups else args.group or names
     for i, group in enumerate(wanted):
         if i:
             print()
-        if args.state:
+        if args.state is not None:
+            if args.state:
+                raise UsageError("--describe --state takes no value (states filter --list)")
             describe_state(client, group)
         elif args.members:
             describe_members(client, group, args.details)
         else:
             describe(client, group)
+    return 0
+
+
+GROUP_STATES = ("Stable", "PreparingRebalance", "CompletingRebalance", "Empty", "Dead")
+GROUP_TYPES = ("classic", "consumer")  # Kafka's GroupType as kafka-consumer-groups.sh takes it (KIP-848)
+
+
+def _choices(raw: str, known: tuple[str, ...], what: str) -> list[str]:
+    """A comma-separated filter of --state or --type, each name checked case-insensitively as Kafka's tool does."""
+    wanted = [v.strip() for v in raw.split(",") if v.strip()]
+    bad = [v for v in wanted if v.lower() not in {k.lower() for k in known}]
+    if bad:
+        raise UsageError(f"Invalid {what} list '{raw}'. Valid {what}s are: {', '.join(known)}")
+    return wanted
+
+
+def list_groups(client: KafkaClient, args: Any) -> int:
+    """--list [--state [STATES]] [--type [TYPES]]: group ids, or a table with the TYPE and STATE columns asked for
+    (kafka-consumer-groups.sh's layout); a value filters on it (ListGroups v4 states_filter, v5 types_filter)."""
+    states = _choices(args.state, GROUP_STATES, "state") if args.state else []
+    types = _choices(args.type, GROUP_TYPES, "type") if args.type else []
+    listed = client.list_groups(states, types)
+    names = sorted(listed)
+    if args.state is None and args.type is None:
+        for n in names:
+            print(n)
+        return 0
+    header = ["GROUP"] + (["TYPE"] if args.type is not None else []) + (["STATE"] if args.state is not None else [])
+    rows = [[n] + ([listed[n][2].capitalize() or "-"] if args.type is not None else [])
+            + ([listed[n][1] or "-"] if args.state is not None else []) for n in names]
+    _print_table(header, rows)
     return 0
 
 

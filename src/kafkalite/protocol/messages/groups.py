@@ -124,9 +124,10 @@ DESCRIBE_GROUPS = message(
 )
 
 LIST_GROUPS = message(
-    ApiKey.LIST_GROUPS, "0-4", flexible="3+",
+    ApiKey.LIST_GROUPS, "0-5", flexible="3+",
     request=[
         F("states_filter", "[]string", "4+"),
+        F("types_filter", "[]string", "5+"),  # KIP-848: "classic", "consumer"
     ],
     response=[
         F("throttle_time_ms", "int32", "1+"),
@@ -135,6 +136,7 @@ LIST_GROUPS = message(
             F("group_id", "string"),
             F("protocol_type", "string"),
             F("group_state", "string", "4+"),
+            F("group_type", "string", "5+"),
         ]),
     ],
 )
