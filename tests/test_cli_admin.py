@@ -120,6 +120,33 @@ def test_configs_describe_alter_delete(broker, admin):
     assert r.returncode == 1 and "restart" in r.stdout
 
 
+def test_message_format_version_is_accepted_as_deprecated_and_without_effect(broker, admin):
+    """Kafka 3.9 accepts the topic config message.format.version (deprecated by KIP-724, removed in 4.0) and shows
+    it in DescribeConfigs; so does kafkalite, with a WARNING naming it, while every batch stays in format v2."""
+    bs = ["--bootstrap-server", broker.bootstrap]
+    r = kl("topics", *bs, "--create", "--topic", "legacy-fmt", "--config", "message.format.version=2.8")
+    assert r.returncode == 0, r.stdout + r.stderr
+    [by_name] = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "legacy-fmt")]).values()
+    assert by_name["legacy-fmt"]["message.format.version"]["value"] == "2.8"
+    r = kl("configs", *bs, "--describe", "--entity-type", "topics", "--entity-name", "legacy-fmt")
+    assert "  message.format.version=2.8 sensitive=false" in r.stdout, r.stdout
+    deadline = time.monotonic() + 10
+    while "Topic config message.format.version=2.8 is deprecated" not in broker.log_path.read_text():
+        assert time.monotonic() < deadline, broker.output()
+        time.sleep(0.1)
+    r = kl("configs", *bs, "--alter", "--entity-type", "topics", "--entity-name", "legacy-fmt", "--delete-config",
+           "message.format.version")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = kl("configs", *bs, "--describe", "--entity-type", "topics", "--entity-name", "legacy-fmt", "--all")
+    assert "message.format.version=3.0-IV1" in r.stdout and "DEFAULT_CONFIG" in r.stdout, r.stdout
+    r = kl("configs", *bs, "--alter", "--entity-type", "topics", "--entity-name", "legacy-fmt", "--add-config",
+           "message.format.version=two")
+    assert r.returncode == 1 and "Version `two` is not a valid version" in r.stdout, r.stdout
+    produce(broker, "legacy-fmt", 0, ["v"])  # and it changes nothing: the log holds a v2 batch
+    r = kl("dump-log", "--files", str(next((broker.data_dir / "legacy-fmt-0").glob("*.log"))))
+    assert " magic: 2 " in r.stdout, r.stdout
+
+
 def test_get_offsets_and_delete_records(broker, tmp_path):
     bs = ["--bootstrap-server", broker.bootstrap]
     assert kl("topics", *bs, "--create", "--topic", "offs", "--partitions", "2").returncode == 0

@@ -20,7 +20,7 @@ from kafkalite.errors import InvalidConfigError, InvalidRequestError, KafkaliteE
 from kafkalite.protocol import ApiKey, ErrorCode, RequestHeader
 from kafkalite.protocol.config_resources import ConfigOp, ConfigResourceType
 from kafkalite.security.session import Session
-from kafkalite.storage.log_config import CONFIGS_BY_NAME, LogConfig
+from kafkalite.storage.log_config import CONFIGS_BY_NAME, DEPRECATED_DEFS, LogConfig, topic_config_def
 
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
@@ -44,12 +44,18 @@ def topic_config_entries(config: BrokerConfig, defaults: LogConfig, overrides: d
         out.append({"name": key, "value": value, "read_only": False, "config_source": source,
                     "is_default": source == SOURCE_DEFAULT, "is_sensitive": False, "synonyms": [],
                     "config_type": CONFIG_TYPES.get(d.kind, 0), "documentation": d.doc})
+    for d in DEPRECATED_DEFS:  # shown as Kafka 3.x shows them, with the value given or Kafka's default
+        given = d.name in overrides
+        out.append({"name": d.name, "value": overrides[d.name] if given else d.default, "read_only": False,
+                    "config_source": SOURCE_DYNAMIC_TOPIC if given else SOURCE_DEFAULT, "is_default": not given,
+                    "is_sensitive": False, "synonyms": [], "config_type": CONFIG_TYPES.get(d.kind, 0),
+                    "documentation": d.doc})
     return out
 
 
 def apply_config_op(configs: dict[str, str], name: str, op: int, value: str | None) -> dict[str, str]:
     """One alteration of a topic's overrides (SET, DELETE, APPEND or SUBTRACT), checked as Kafka checks it."""
-    d = CONFIGS_BY_NAME.get(name)
+    d = topic_config_def(name)
     if d is None:
         raise InvalidConfigError(f"Unknown topic config name: {name}")
     if op == ConfigOp.SET:

@@ -24,7 +24,7 @@ from kafkalite.errors import (
     UnknownTopicOrPartitionError,
 )
 from kafkalite.manager.log_manager import FDS_PER_PARTITION, LogManager, open_descriptors
-from kafkalite.storage.log_config import LogConfig
+from kafkalite.storage.log_config import LogConfig, deprecation_warnings
 
 log = logging.getLogger("kafkalite.broker")
 
@@ -110,12 +110,17 @@ class TopicAdmin:
                 "or create fewer partitions")
 
     def validate_topic_configs(self, configs: dict[str, str]) -> LogConfig:
+        """A topic's overrides checked as Kafka checks them (INVALID_CONFIG naming the key); a deprecated key that
+        changes nothing is accepted with a WARNING naming it."""
         try:
-            return LogConfig.from_props(configs, self.logs.default_config)
+            parsed = LogConfig.from_props(configs, self.logs.default_config)
         except InvalidConfigError:
             raise
         except (ValueError, TypeError) as exc:
             raise InvalidConfigError(str(exc)) from None
+        for warning in deprecation_warnings(configs):
+            log.warning("%s", warning)
+        return parsed
 
     def alter_topic_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> None:
         if name not in self.metadata.topics:

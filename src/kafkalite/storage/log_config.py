@@ -8,6 +8,7 @@ fields. The table below is the single source for both, for broker-level defaults
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -95,6 +96,32 @@ CONFIG_DEFS: tuple[ConfigDef, ...] = (
               ("unclean.leader.election.enable",)),
 )
 CONFIGS_BY_NAME = {d.name: d for d in CONFIG_DEFS}
+_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?(-IV\d+)?$")
+
+
+def _version(v: Any) -> str | None:
+    return None if _VERSION.match(v) else f"Version `{v}` is not a valid version"
+
+
+# Topic configs Kafka 3.x still accepts though they change nothing (Kafka 4.0 removed them): accepted with a
+# WARNING naming them, kept among the topic's overrides and shown by DescribeConfigs, never read.
+DEPRECATED_DEFS: tuple[ConfigDef, ...] = (
+    ConfigDef("message.format.version", "str", "3.0-IV1", _version,
+              "[DEPRECATED] deprecated since Kafka 3.0 (KIP-724) and without effect: kafkalite always writes "
+              "record batches in message format v2"),
+)
+DEPRECATED_BY_NAME = {d.name: d for d in DEPRECATED_DEFS}
+
+
+def topic_config_def(name: str) -> ConfigDef | None:
+    """The declaration of a topic config Kafka accepts, deprecated ones included; None for an unknown name."""
+    return CONFIGS_BY_NAME.get(name) or DEPRECATED_BY_NAME.get(name)
+
+
+def deprecation_warnings(props: Mapping[str, object]) -> list[str]:
+    """One sentence per deprecated config in `props`: what the broker logs when a topic is given one."""
+    return [f"Topic config {k}={props[k]} is {DEPRECATED_BY_NAME[k].doc.removeprefix('[DEPRECATED] ')}"
+            for k in props if k in DEPRECATED_BY_NAME]
 _FIELD = {d.name: d.name.replace(".", "_") for d in CONFIG_DEFS}
 # Broker keys that give a topic default in another unit: key -> (milliseconds per unit, Kafka's default).
 # The `*.ms` synonyms of these have no default of their own in Kafka (null): the coarser key decides.
@@ -186,6 +213,9 @@ class LogConfig:
         for key, raw in (props or {}).items():
             d = CONFIGS_BY_NAME.get(key)
             if d is None:
+                if key in DEPRECATED_BY_NAME:
+                    parse_value(DEPRECATED_BY_NAME[key], raw)  # checked as Kafka checks it, then without effect
+                    continue
                 if ignore_unknown:
                     continue
                 raise InvalidConfigError(f"Unknown topic config name: {key}")
