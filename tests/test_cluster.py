@@ -17,6 +17,7 @@ import pytest
 from kafkalite.client import KafkaClient
 from kafkalite.protocol import ApiKey, ErrorCode
 from tests.support.cluster import SESSION_TIMEOUT_MS, Cluster
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -105,17 +106,13 @@ def test_topic_operations_from_each_broker(cluster):
 
 
 def _wait_controller(cluster, not_in, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def elected() -> int | None:
         for bid in cluster.running():
-            try:
-                cid = cluster.metadata(bid)["controller_id"]
-            except (OSError, ConnectionError):
-                continue
+            cid = cluster.metadata(bid)["controller_id"]
             if cid not in not_in and cid in cluster.running():
                 return cid
-        time.sleep(0.05)
-    raise AssertionError(f"no new controller within {timeout_s} s")
+        return None
+    return wait_until(elected, timeout_s, "a new controller", every_s=0.05)
 
 
 def test_controller_kill_9_new_controller_within_session_timeout(cluster):

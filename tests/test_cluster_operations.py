@@ -34,6 +34,7 @@ from tests.support.batches import batch_at
 from tests.support.brokers import free_port
 from tests.support.cluster import SESSION_TIMEOUT_MS, Cluster
 from tests.support.cluster import state_becomes as _state_becomes
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -215,15 +216,7 @@ def _rejoin_isr(cluster: Cluster, zk_connect: str, topic: str, partitions: int, 
 
 
 def _wait(check, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, ConnectionError):
-            last = check()
-            if last:
-                return last
-        time.sleep(0.05)
-    raise AssertionError(f"{what} within {timeout_s} s (last: {last})")
+    return wait_until(check, timeout_s, what, every_s=0.05)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -7,8 +7,6 @@ The leader's HW still equals its log end on this branch, so everything here prod
 from __future__ import annotations
 
 import signal
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,21 +16,12 @@ from kafkalite.records import SimpleRecord, build_batch
 from kafkalite.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from kafkalite.storage.log import Log
 from tests.support.cluster import Cluster
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 
 TOPIC = "rep"
 FAST = {"replica.fetch.backoff.ms": 200, "replica.high.watermark.checkpoint.interval.ms": 200}
-
-
-def wait_until(cond: Callable[[], Any], timeout_s: float = 20, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout_s} s")
 
 
 def start(tmp_path, zk_connect, **overrides: object) -> Cluster:

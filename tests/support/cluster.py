@@ -23,6 +23,7 @@ from kafkalite.protocol import ApiKey
 from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity
 from tests.support.brokers import BrokerProcess, free_port
 from tests.support.proxy import ProxyHub
+from tests.support.waiting import wait_until
 
 SESSION_TIMEOUT_MS = 3000  # tickTime 500 allows 1-10 s
 CONTROLLED_SHUTDOWN_BACKOFF_MS = 200
@@ -148,19 +149,17 @@ class Cluster:
     def agreed_view(self, check: Callable[[tuple[Any, ...]], bool] = lambda v: True,
                     timeout_s: float = 20) -> tuple[Any, ...]:
         """The view every running broker gives alike and that passes `check`; waits for it."""
-        deadline = time.monotonic() + timeout_s
         views: dict[int, Any] = {}
-        while time.monotonic() < deadline:
-            try:
-                views = {bid: self.view(bid) for bid in self.running()}
-            except (OSError, ConnectionError):
-                time.sleep(0.1)
-                continue
+
+        def agreed() -> Any:
+            views.clear()
+            views.update({bid: self.view(bid) for bid in self.running()})
             first = next(iter(views.values()))
-            if all(v == first for v in views.values()) and check(first):
-                return first
-            time.sleep(0.1)
-        raise AssertionError(f"brokers did not agree within {timeout_s} s: {views}")
+            return (first,) if all(v == first for v in views.values()) and check(first) else None
+        try:
+            return wait_until(agreed, timeout_s, "brokers agreeing")[0]
+        except AssertionError as exc:
+            raise AssertionError(f"brokers did not agree within {timeout_s} s: {views} ({exc})") from None
 
     # --- faults ------------------------------------------------------------------------------------------
 
@@ -232,18 +231,9 @@ class Cluster:
         return int(self.partition_state(topic, partition)["leader"])
 
     def wait_for(self, what: str, check: Callable[[], Any], timeout_s: float = 30, every_s: float = 0.05) -> Any:
-        """Poll `check` until it returns something truthy; its value, or AssertionError naming `what`."""
-        deadline = time.monotonic() + timeout_s
-        last: Any = None
-        while time.monotonic() < deadline:
-            try:
-                last = check()
-            except (OSError, ConnectionError) as e:
-                last = e
-            if last and not isinstance(last, Exception):
-                return last
-            time.sleep(every_s)
-        raise AssertionError(f"{what}: not so within {timeout_s} s (last: {last!r})")
+        """Poll `check` until it returns something truthy; its value, or AssertionError naming `what`
+        (tests/support/waiting.py: what a moving cluster raises meanwhile counts as not yet)."""
+        return wait_until(check, timeout_s, what, every_s)
 
     def wait_deregistered(self, bid: int, timeout_s: float = 30) -> float:
         """Wait for broker `bid`'s ZooKeeper registration to go (session expiry); returns the seconds waited."""
