@@ -592,6 +592,24 @@ def test_a_second_broker_with_a_registered_id_refuses_to_start(cluster, tmp_path
     assert len(cluster.agreed_view()[1]) == 3  # the running broker 2 is untouched
 
 
+@pytest.mark.slow
+def test_a_broker_restarted_within_its_old_zookeeper_session_waits_it_out(cluster):
+    """kill -9 leaves the broker's registration until ZooKeeper expires its session; restarted at once (same
+    endpoints), the broker waits for that expiry, saying so, instead of taking itself for a second broker."""
+    cluster.agreed_view(_all_live)
+    cluster.kill(2)
+    t0 = time.monotonic()
+    cluster.brokers[2].start()
+    back = cluster.agreed_view(lambda v: len(v[1]) == 3 and 2 in [b[0] for b in v[1]], timeout_s=30)
+    took = time.monotonic() - t0
+    log_text = cluster.brokers[2].log_path.read_text(errors="replace")
+    assert "broker.id 2 is still registered by this broker's previous ZooKeeper session" in log_text, log_text[-3000:]
+    assert "Broker 2 registered: the previous session's registration expired" in log_text
+    assert "already registered" not in log_text
+    assert took < SESSION_TIMEOUT_MS / 1000 * 1.5 + 5 + 10, took
+    assert len(back[1]) == 3
+
+
 def _replicated_topic_and_a_dead_replica(cluster) -> tuple[int, int]:
     """Topic "d" (2 partitions on all 3 brokers), then a non-controller broker killed: (controller, victim)."""
     controller = cluster.agreed_view(_all_live)[0]

@@ -48,7 +48,7 @@ def test_broker_epochs_grow_and_ids_are_unique(new_store):
         try:
             e1 = await a.register_broker(reg(1))
             with pytest.raises(KafkaliteError, match=r"broker\.id 1 is already registered"):
-                await b.register_broker(reg(1))
+                await b.register_broker(reg(1, 9099))  # other endpoints: another broker, refused at once
             e2 = await b.register_broker(reg(2, 9093))
             assert e2 > e1 > 0
             live = await a.brokers()
@@ -64,6 +64,27 @@ def test_broker_epochs_grow_and_ids_are_unique(new_store):
         finally:
             await a.close()
             await b.close()
+    run(main())
+
+
+@pytest.mark.slow
+def test_a_registration_with_our_endpoints_held_by_a_live_session_is_refused_after_the_wait(zk_connect):
+    """The same endpoints may be this broker's own dead session (waited out) or a live one: once the wait is over
+    and the registration is still there, the broker refuses to start, naming the session."""
+    async def main():
+        a, b = ZkStore(zk_connect, 2000), ZkStore(zk_connect, 2000)
+        await a.start()
+        await b.start()
+        try:
+            await a.register_broker(reg(5))
+            t0 = asyncio.get_running_loop().time()
+            with pytest.raises(KafkaliteError, match=r"broker\.id 5 is already registered .*still held by ZooKeeper "
+                                                     r"session 0x[0-9a-f]+\) by a running broker"):
+                await b.register_broker(reg(5))
+            assert 2 * 1.5 + 5 - 1 < asyncio.get_running_loop().time() - t0 < 2 * 1.5 + 5 + 5
+        finally:
+            await b.close()
+            await a.close()
     run(main())
 
 

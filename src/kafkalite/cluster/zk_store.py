@@ -39,6 +39,8 @@ from kafkalite.cluster.znodes import BrokerRegistration, PartitionState, Produce
 from kafkalite.errors import KafkaliteError, NotControllerError, TopicAlreadyExistsError
 from kafkalite.security.acl import AclEntry, PatternType, ResourcePattern, ResourceType
 
+REGISTRATION_POLL_S = 0.2  # how often a restarted broker looks whether its old registration expired
+REGISTRATION_MARGIN_S = 5.0
 log = logging.getLogger("kafkalite.cluster.zk")
 
 # reads sent to ZooKeeper before the first answer is awaited (`partition_states`); a window, not all at once, keeps
@@ -202,19 +204,59 @@ class ZkStore(ClusterStore):
         return await self._run(run)
 
     async def register_broker(self, registration: BrokerRegistration) -> int:
+        """Register as an ephemeral znode; its creation id is the broker epoch. A registration left by this broker's
+        own previous session (the same endpoints: it was killed, e.g. kill -9, and restarted before ZooKeeper
+        expired that session) is waited out, at most the session timeout and a margin, rather than refused as
+        Kafka refuses it; one held by another live process is refused at once."""
         path = z.broker_path(registration.broker_id)
 
-        def run() -> int:
+        def run() -> int | tuple[bytes, int]:
             try:
                 _, stat = self.zk.create(path, registration.encode(), ephemeral=True, include_data=True)
                 return int(stat.czxid)
             except NodeExistsError:
-                _data, stat = self.zk.get(path)
+                try:
+                    data, stat = self.zk.get(path)
+                except NoNodeError:  # expired meanwhile: try again
+                    return b"", 0
                 if stat.ephemeralOwner == self.zk.client_id[0]:  # ours already (a retried create)
                     return int(stat.czxid)
-                raise KafkaliteError(f"broker.id {registration.broker_id} is already registered ({self.connect}"
-                                     f"{path}) by a running broker; give each broker its own broker.id") from None
-        return await self._run(run)
+                return data, int(stat.ephemeralOwner)
+
+        deadline = asyncio.get_running_loop().time() + self.session_timeout_s * 1.5 + REGISTRATION_MARGIN_S
+        waited = False
+        while True:
+            got = await self._run(run)
+            if isinstance(got, int):
+                if waited:
+                    log.info("Broker %d registered: the previous session's registration expired",
+                             registration.broker_id)
+                return got
+            data, owner = got
+            if not data:
+                continue
+            mine = self._same_endpoints(registration, data)
+            if not mine or asyncio.get_running_loop().time() > deadline:
+                held = "still held" if waited else "held"
+                raise KafkaliteError(
+                    f"broker.id {registration.broker_id} is already registered ({self.connect}{path}, {held} by "
+                    f"ZooKeeper session 0x{owner:x}) by a running broker"
+                    + (" with other endpoints" if not mine else "") + "; give each broker its own broker.id")
+            if not waited:
+                log.warning("broker.id %d is still registered by this broker's previous ZooKeeper session 0x%x (it "
+                            "stopped without closing it, e.g. kill -9): waiting up to %.0f s "
+                            "(zookeeper.session.timeout.ms and a margin) for ZooKeeper to expire it",
+                            registration.broker_id, owner, deadline - asyncio.get_running_loop().time())
+                waited = True
+            await asyncio.sleep(REGISTRATION_POLL_S)
+
+    @staticmethod
+    def _same_endpoints(registration: BrokerRegistration, data: bytes) -> bool:
+        try:
+            held = BrokerRegistration.decode(registration.broker_id, data)
+        except KafkaliteError:
+            return False
+        return set(held.endpoints) == set(registration.endpoints)
 
     async def brokers(self) -> dict[int, BrokerRegistration]:
         def run() -> dict[int, BrokerRegistration]:
