@@ -3,8 +3,9 @@ Controller (active only where elected) and controlled shutdown (Kafka's KafkaSer
 controlledShutdown in ZooKeeper mode).
 
 At start-up (after the listeners are up, so the controller can reach this broker) the broker loads the ACLs,
-checks that its data dirs belong to the store's cluster, registers (its broker epoch is the registration's
-creation id), starts its Controller, follows config changes and loads SCRAM credentials. After a lost
+checks that its data dirs belong to the store's cluster, follows config changes, loads SCRAM credentials,
+connects to its own inter-broker listener as other brokers will (refusing to start when only configuration can
+fix what fails), registers (its broker epoch is the registration's creation id) and starts its Controller. After a lost
 ZooKeeper session it registers again (a new broker epoch) and re-runs the election. A single broker is a
 cluster of one over cluster/local_store.py and runs the same code, waiting at start-up for its own
 controller's first LeaderAndIsr so the first client finds every partition led.
@@ -32,11 +33,13 @@ from kafkalite.cluster.controller import Controller, ControllerSettings
 from kafkalite.cluster.controller_events import Marker
 from kafkalite.cluster.metadata_cache import MetadataCache
 from kafkalite.cluster.store import ClusterStore
-from kafkalite.errors import KafkaliteError
+from kafkalite.errors import KafkaliteError, SaslAuthenticationError
 from kafkalite.protocol import ApiKey, ErrorCode
-from kafkalite.security.transport import ClientSecurity
+from kafkalite.security.connect_failures import operator_fix
+from kafkalite.security.transport import ClientSecurity, open_connection
 
 log = logging.getLogger("kafkalite.broker.cluster")
+PROBE_TIMEOUT_S = 15.0  # the start-up connection to this broker's own inter-broker listener
 
 
 def _operations_settings(config: BrokerConfig) -> dict[str, Any]:
@@ -98,6 +101,9 @@ class ClusterNode:
                                  "(meta.properties): this broker belongs to another cluster")
         if self.single:
             await self._register_local_topics()
+        await self.config_changes.start()
+        await self.scram.load()  # before the probe: a SCRAM login to this broker waits for the credentials
+        await self._probe_own_listeners()
         self.broker_epoch = await self.store.register_broker(self.registration)
         log.info("Registered broker %d in %s with broker epoch %d", self.node_id, self.store.connect,
                  self.broker_epoch)
@@ -105,10 +111,32 @@ class ClusterNode:
         self.store.on_session_restored = self._session_restored
         self.controller.start()
         self.replicas.start_isr_expiration()  # the leader side of replication: ISR shrinks
-        await self.config_changes.start()
-        await self.scram.load()
         if self.single:
             await self._wait_for_own_controller()
+
+    async def _probe_own_listeners(self) -> None:
+        """Connect to this broker's own inter-broker (and control-plane) listener as the controller and the other
+        brokers will, before registering: a certificate its truststore does not trust, a certificate that does not
+        name the advertised host, a SASL login it refuses would otherwise leave the broker registered and
+        unreachable, its clients waiting without a word. Those refuse the start, in one line naming the fix;
+        anything retrying may cure (a timeout) is logged and the start goes on."""
+        listeners = {self.listener, self.config.control_plane_listener().name}
+        for name in sorted(listeners):
+            security = ClientSecurity.for_inter_broker(self.config, name)
+            endpoint = next((e for e in self.registration.endpoints if e.listener == name), None)
+            if security.protocol == "PLAINTEXT" or endpoint is None:
+                continue
+            try:
+                async with asyncio.timeout(PROBE_TIMEOUT_S):
+                    _reader, writer = await open_connection(endpoint.host, endpoint.port, security)
+                writer.close()
+            except (OSError, TimeoutError, SaslAuthenticationError) as exc:
+                fix = operator_fix(exc, "the broker", endpoint.host)
+                where = (f"broker {self.node_id} cannot reach itself over {security.protocol} at "
+                         f"{endpoint.host}:{endpoint.port} (listener {name})")
+                if fix is not None:
+                    raise KafkaliteError(f"{where}: {fix}") from None
+                log.warning("%s: %s; starting anyway", where, exc or type(exc).__name__)
 
     async def _register_local_topics(self) -> None:
         """Single-broker mode: topics found only in the data dirs (adopted at start-up from another writer,

@@ -47,15 +47,17 @@ from typing import Any
 from kafkalite.broker.frame_buffers import FrameBuffers
 from kafkalite.broker.low_water import ReceiveLowWater
 from kafkalite.error_codes import RETRIABLE, error_name
-from kafkalite.errors import CorruptRecordError, KafkaliteError
+from kafkalite.errors import CorruptRecordError, KafkaliteError, SaslAuthenticationError
 from kafkalite.protocol import ApiKey, ErrorCode
 from kafkalite.protocol.connection import ClientConnection
 from kafkalite.replication.partition import FollowerRuns, Partition, follower_runs
 from kafkalite.replication.truncation import truncation_offset
+from kafkalite.security.connect_failures import FailureLog
 from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity, open_connection
 from kafkalite.storage.leader_epoch import UNDEFINED_EPOCH
 
 log = logging.getLogger("kafkalite.broker.replica_fetcher")
+FAILURES = FailureLog(log)  # a misconfigured connection to a leader is said once per leader and cause
 
 FETCH_VERSION = 12  # the highest kafkalite serves (protocol/messages/fetch.py); truncate-on-fetch needs 12
 FETCH_VERSION_NO_TRUNCATION = 11  # what an IBP below 2.7 sends
@@ -274,8 +276,16 @@ class ReplicaFetcher:
 
     async def _connect(self) -> None:
         timeout = self.manager.settings.socket_timeout_ms / 1000
-        async with asyncio.timeout(timeout):
-            reader, writer = await open_connection(self.host, self.port, self.manager.settings.security)
+        key = f"{self.leader_id}@{self.host}:{self.port}"
+        try:
+            async with asyncio.timeout(timeout):
+                reader, writer = await open_connection(self.host, self.port, self.manager.settings.security)
+        except (OSError, SaslAuthenticationError) as exc:
+            FAILURES.failed(key, f"Broker {self.manager.settings.node_id} cannot fetch from leader {self.leader_id} "
+                            f"over {self.manager.settings.security.protocol} at {self.host}:{self.port}", exc,
+                            f"broker {self.leader_id}", self.host)
+            raise
+        FAILURES.reached(key)
         self._stream = _ResponseStream.take_over(reader, writer, ClientConnection(
             f"replica-fetcher-{self.manager.settings.node_id}", allocate=self.frame_buffers))
 

@@ -16,11 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkalite.backoff import Backoff
+from kafkalite.errors import SaslAuthenticationError
 from kafkalite.protocol import ApiKey
 from kafkalite.protocol.connection import ClientConnection, CorrelationError, InvalidReceiveError
+from kafkalite.security.connect_failures import FailureLog
 from kafkalite.security.transport import PLAINTEXT_CLIENT, ClientSecurity, open_connection
 
 log = logging.getLogger("kafkalite.cluster.channel")
+FAILURES = FailureLog(log)  # the controller's connections: a misconfiguration is said once per broker and cause
 
 CLIENT_ID = "kafkalite-controller"
 # The client id of the controller's requests to its own broker: random per process, so only this process can
@@ -85,12 +88,22 @@ class BrokerChannel:
                     self._reader, self._writer = await open_connection(self.host, self.port, self.security)
                 self._conn = ClientConnection(self.client_id, MAX_RESPONSE_BYTES)
                 self._connected_once, self._failing = True, False
+                FAILURES.reached(self._peer_key)
                 return
-            except (OSError, TimeoutError) as exc:
+            except (OSError, TimeoutError, SaslAuthenticationError) as exc:
                 self._failing = True
-                log.debug("Controller cannot reach broker %d at %s:%d (%s); retrying", self.broker_id, self.host,
-                          self.port, exc)
+                itself = self.client_id != CLIENT_ID  # the controller's channel to its own broker
+                what = (f"The controller cannot reach {'its own broker' if itself else 'broker'} {self.broker_id} "
+                        f"over {self.security.protocol} at {self.host}:{self.port}")
+                if not FAILURES.failed(self._peer_key, what, exc, "the broker" if itself else f"broker "
+                                       f"{self.broker_id}", self.host):
+                    log.debug("Controller cannot reach broker %d at %s:%d (%s); retrying", self.broker_id,
+                              self.host, self.port, exc)
                 await asyncio.sleep(backoff.step())
+
+    @property
+    def _peer_key(self) -> str:
+        return f"{self.broker_id}@{self.host}:{self.port}"
 
     def _disconnect(self) -> None:
         if self._writer is not None:
