@@ -53,8 +53,9 @@ class KafkaApis:
         for area in [ConnectionApis(self.advertised), *areas]:
             for key, handler in area.handlers().items():
                 if key in self._handlers:
-                    raise ValueError(f"{ApiKey(key).name} is answered by two areas: {type(area).__name__} and "
-                                     f"{self._handlers[key]}")
+                    first = type(getattr(self._handlers[key], "__self__", None)).__name__
+                    raise ValueError(f"{ApiKey(key).name} is answered by two areas: {first} and "
+                                     f"{type(area).__name__}")
                 self._handlers[key] = handler
         if authz is not None:
             missing = authz.ungated(self._handlers)

@@ -79,6 +79,14 @@ def apply_config_op(configs: dict[str, str], name: str, op: int, value: str | No
     return configs
 
 
+def _config_names(rname: str, r: Body) -> list[str]:
+    """The config names of one resource of an AlterConfigs-style request; a name given twice is refused."""
+    names = [c["name"] for c in r.get("configs", [])]
+    if len(set(names)) != len(names):
+        raise InvalidRequestError(f"Duplicate config keys in the request for {rname}: {names}")
+    return names
+
+
 class ConfigApis:
     def __init__(self, config: BrokerConfig, admin: TopicAdmin, cache: MetadataCache, store: ClusterStore) -> None:
         self.config = config
@@ -160,9 +168,7 @@ class ConfigApis:
         notification); a null value in the legacy request leaves a key at its default, as Kafka's path does."""
         if not await self._topic_exists(name):
             raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
-        names = [c["name"] for c in r.get("configs", [])]
-        if len(set(names)) != len(names):
-            raise InvalidRequestError(f"Duplicate config keys in the request for {name}: {names}")
+        _config_names(name, r)
         configs = await self.store.topic_config(name) if incremental else {}
         for c in r.get("configs", []):
             op = c["config_operation"] if incremental else (ConfigOp.SET if c.get("value") is not None
@@ -177,9 +183,7 @@ class ConfigApis:
         read-only one (INVALID_REQUEST); an empty legacy set for this broker changes nothing and succeeds."""
         if incremental:
             raise InvalidRequestError(NO_DYNAMIC_BROKER_CONFIGS)
-        names = [c["name"] for c in r.get("configs", [])]
-        if len(set(names)) != len(names):
-            raise InvalidRequestError(f"Duplicate config keys in the request for {rname}: {names}")
+        names = _config_names(rname, r)
         if rtype != ConfigResourceType.BROKER:
             raise InvalidRequestError(f"Unsupported resource type {rtype}")
         if rname not in ("", str(self.node_id)):

@@ -6,12 +6,11 @@ the controller answers NOT_CONTROLLER. An election is answered once this broker'
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Mapping
 
 from kafkalite.broker.handlers import Body, Handler
+from kafkalite.broker.topic_apis import wait_for
 from kafkalite.cluster.controller import Controller, TopicPartition
 from kafkalite.cluster.metadata_cache import MetadataCache
 from kafkalite.errors import KafkaliteError
@@ -20,7 +19,6 @@ from kafkalite.security.session import Session
 
 log = logging.getLogger("kafkalite.broker.cluster")
 
-WAIT_STEP_S = 0.05
 Results = dict[TopicPartition, tuple[int, str | None, int]]  # (error code, message, elected leader)
 
 
@@ -76,11 +74,8 @@ class ElectionApis:
     async def _await_leaders(self, results: Results, timeout_s: float) -> None:
         """Kafka's DelayedElectLeader: wait until the metadata cache shows each elected leader."""
         pending = {tp: r[2] for tp, r in results.items() if r[0] == ErrorCode.NONE}
-        deadline = time.monotonic() + timeout_s
-        while pending:
-            pending = {tp: b for tp, b in pending.items() if self.cache.leader(*tp) != b}
-            if not pending or time.monotonic() >= deadline:
-                break
-            await asyncio.sleep(WAIT_STEP_S)
-        for tp in pending:
-            results[tp] = (ErrorCode.REQUEST_TIMED_OUT, "the new leader was not known to this broker in time", -1)
+        await wait_for(lambda: all(self.cache.leader(*tp) == b for tp, b in pending.items()), int(timeout_s * 1000))
+        for tp, b in pending.items():
+            if self.cache.leader(*tp) != b:
+                results[tp] = (ErrorCode.REQUEST_TIMED_OUT, "the new leader was not known to this broker in time",
+                               -1)
