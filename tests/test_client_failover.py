@@ -54,6 +54,19 @@ def _isr(cluster: Cluster, topic: str, bid: int) -> list[int]:
     return cluster.metadata(bid, [topic])["topics"][0]["partitions"][0]["isr_nodes"]
 
 
+def test_metadata_goes_to_another_broker_when_the_one_it_asked_dies(cluster):
+    """The client's cluster-wide connection is to the first bootstrap broker; once that broker is killed, the
+    next Metadata reconnects to a live one instead of failing (producer-perf-test stopped on exactly this)."""
+    cluster.agreed_view(lambda v: len(v[1]) == 3)
+    bootstrap = ",".join(cluster.brokers[b].bootstrap for b in (1, 2, 3))
+    with KafkaClient(bootstrap) as c:
+        assert sorted(c.refresh_metadata([]).brokers) == [1, 2, 3]
+        assert c.any_broker().port == cluster.brokers[1].port
+        cluster.kill(1)
+        assert c.refresh_metadata([]).brokers  # answered by broker 2 or 3
+        assert c.any_broker().port in (cluster.brokers[2].port, cluster.brokers[3].port)
+
+
 def test_reader_detects_truncation_after_the_leader_dies(cluster):
     cluster.agreed_view(lambda v: len(v[1]) == 3)
     _create(cluster, "t", [[1, 2]], **{"min.insync.replicas": "1", "unclean.leader.election.enable": "true"})

@@ -508,7 +508,13 @@ class KafkaClient:
         body = {"topics": None if topics is None else [{"name": t} for t in topics],
                 "allow_auto_topic_creation": allow_auto_topic_creation,
                 "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}
-        resp = self.request(ApiKey.METADATA, body)
+        try:
+            resp = self.request(ApiKey.METADATA, body)
+        except OSError:
+            # The broker behind the cluster-wide connection went away (a killed leader it also was, say): the
+            # connection is broken now, so asking again reconnects to another one. Metadata changes nothing,
+            # so asking twice is safe, as Kafka's client asks the next node.
+            resp = self.request(ApiKey.METADATA, body)
         self.cluster.update(resp)
         return resp
 
